@@ -1,0 +1,31 @@
+//! The command line, declared once: help text, options and their checks live here.
+
+use clap::{Parser, Subcommand};
+
+/// IteraGPU Lab: check whether weights fit, diagnose the GPU you rented, measure a small bounded
+/// workload phase by phase, and turn a package price into a price per accepted result.
+#[derive(Debug, Parser)]
+#[command(name = "iteragpu", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Describe the device and its software (driver, libraries, memory). Exit 0 even when no GPU
+    /// is usable: the report then says why.
+    Environment(crate::cmd::environment::Args),
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,14 @@
+//! One module per command. Clap types stop here: each module turns its `Args` into library calls.
+
+pub mod environment;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+
+/// Runs the chosen command and returns its exit code.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Environment(args) => environment::run(args),
+    }
+}

@@ -1,0 +1,33 @@
+//! The environment report shared by `iteragpu environment` and every measurement document.
+
+use serde::{Deserialize, Serialize};
+
+use crate::tool::ToolInfo;
+
+/// Schema identifier of [`Environment`] documents.
+pub const ENVIRONMENT_SCHEMA: &str = "iteragpu.environment/1";
+
+/// What machine and software a run saw.
+///
+/// The header is typed so every backend says the same things in the same place; `details` holds
+/// what only one backend knows (driver and library versions, GPU attributes, CPU model).
+/// No environment variables, host or user names ever go in here.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// Always [`ENVIRONMENT_SCHEMA`].
+    pub schema: String,
+    /// The build that wrote the report.
+    pub tool: ToolInfo,
+    /// The device the user asked for (`cuda:0`, `cpu`).
+    pub requested_device: String,
+    /// `cuda` or `cpu-reference`.
+    pub backend: String,
+    /// True when the CPU reference device produced this: never a GPU measurement.
+    pub reference_device: bool,
+    /// Whether the requested device can run a measurement.
+    pub usable: bool,
+    /// Why it cannot, in a sentence a user can act on (absent when usable).
+    pub problem: Option<String>,
+    /// Backend-specific facts.
+    pub details: serde_json::Value,
+}

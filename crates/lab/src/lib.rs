@@ -1,0 +1,15 @@
+//! Pure logic of IteraGPU Lab.
+//!
+//! Everything here runs, and is tested, on a machine without a GPU: the weight estimate, the
+//! tariff catalogue and package prices, the caching-allocator policy that mirrors PyTorch's
+//! counters, the measurement document and the phase runner written against the [`device::Device`]
+//! trait, and the CPU reference device. The CUDA device lives in the `lab-cuda` crate and only
+//! supplies segments, kernels and a BLAS behind the same trait.
+#![forbid(unsafe_code)]
+
+pub mod alloc;
+pub mod device;
+pub mod dtype;
+pub mod environment;
+pub mod measure;
+pub mod tool;
