@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod cpu;
 pub mod device;
 pub mod dtype;
 pub mod environment;
