@@ -18,6 +18,9 @@ pub enum Command {
     /// Describe the device and its software (driver, libraries, memory). Exit 0 even when no GPU
     /// is usable: the report then says why.
     Environment(crate::cmd::environment::Args),
+    /// Measure the synthetic Linear -> GELU -> Linear model phase by phase (time and memory)
+    /// and write one JSON document that must not exist yet.
+    Measure(crate::cmd::measure::Args),
 }
 
 #[cfg(test)]

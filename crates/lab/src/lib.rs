@@ -12,5 +12,6 @@ pub mod cpu;
 pub mod device;
 pub mod dtype;
 pub mod environment;
+pub mod files;
 pub mod measure;
 pub mod tool;

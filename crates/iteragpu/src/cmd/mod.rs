@@ -1,6 +1,7 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
 pub mod environment;
+pub mod measure;
 
 use std::process::ExitCode;
 
@@ -10,5 +11,6 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Environment(args) => environment::run(args),
+        Command::Measure(args) => measure::run(args),
     }
 }

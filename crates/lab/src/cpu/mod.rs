@@ -3,6 +3,10 @@
 //! It is a reference, never a stand-in for a GPU: every output it produces says so, and it is
 //! only used when asked for by name (`--device cpu`).
 
+mod device;
 mod environment;
+mod memory;
 
+pub use device::{gelu32, CpuDevice};
 pub use environment::environment;
+pub use memory::{available_host_bytes, HostSegments};
