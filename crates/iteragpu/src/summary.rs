@@ -42,14 +42,23 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
     let mut s = String::new();
     let env = &doc.environment;
     if env.reference_device {
-        let _ = writeln!(s, "CPU REFERENCE DEVICE: real arithmetic on the host CPU, not a GPU measurement");
+        let _ = writeln!(
+            s,
+            "CPU REFERENCE DEVICE: real arithmetic on the host CPU, not a GPU measurement"
+        );
     }
-    let name = env.details.get("gpu").and_then(|g| g.get("name")).or_else(|| env.details.get("cpu_model"));
+    let name = env
+        .details
+        .get("gpu")
+        .and_then(|g| g.get("name"))
+        .or_else(|| env.details.get("cpu_model"));
     let _ = writeln!(
         s,
         "device {}{}  |  {}  |  [batch {} x context {} x width {}] -> hidden {}  |  seed {}",
         c.device,
-        name.and_then(|n| n.as_str()).map(|n| format!(" ({n})")).unwrap_or_default(),
+        name.and_then(|n| n.as_str())
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default(),
         c.dtype,
         c.batch,
         c.context,
@@ -68,7 +77,15 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
     let _ = writeln!(
         s,
         "\n{:<13} {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
-        "phase", "#", "wall ms", "device ms", "alloc end", "alloc peak", "resv end", "resv peak", "free after"
+        "phase",
+        "#",
+        "wall ms",
+        "device ms",
+        "alloc end",
+        "alloc peak",
+        "resv end",
+        "resv peak",
+        "free after"
     );
     for r in &doc.phases {
         let mem = &r.memory;
@@ -78,15 +95,21 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
             r.phase.name(),
             r.index,
             r.wall_seconds * 1e3,
-            r.device_seconds.map_or("-".to_string(), |d| format!("{:.3}", d * 1e3)),
+            r.device_seconds
+                .map_or("-".to_string(), |d| format!("{:.3}", d * 1e3)),
             bytes(mem.end_allocated_bytes),
             bytes(mem.peak_allocated_bytes),
             bytes(mem.end_reserved_bytes),
             bytes(mem.peak_reserved_bytes),
-            mem.device_after.map_or("-".to_string(), |d| bytes(d.free_bytes)),
+            mem.device_after
+                .map_or("-".to_string(), |d| bytes(d.free_bytes)),
         );
     }
-    let warm: Vec<_> = doc.phases.iter().filter(|r| r.phase == Phase::WarmForward).collect();
+    let warm: Vec<_> = doc
+        .phases
+        .iter()
+        .filter(|r| r.phase == Phase::WarmForward)
+        .collect();
     let mut wall: Vec<f64> = warm.iter().map(|r| r.wall_seconds).collect();
     let mut dev: Vec<f64> = warm.iter().filter_map(|r| r.device_seconds).collect();
     if let Some(w) = median(&mut wall) {
@@ -96,7 +119,11 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
             let _ = write!(s, ", {:.3} ms device", d * 1e3);
         }
         if t > 0.0 {
-            let _ = write!(s, "; {:.2} GFLOP/s achieved", m.forward_flops as f64 / t / 1e9);
+            let _ = write!(
+                s,
+                "; {:.2} GFLOP/s achieved",
+                m.forward_flops as f64 / t / 1e9
+            );
         }
         s.push('\n');
     }
@@ -116,7 +143,11 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
     let _ = writeln!(
         s,
         "{}: {}",
-        if doc.complete { "complete" } else { "INCOMPLETE" },
+        if doc.complete {
+            "complete"
+        } else {
+            "INCOMPLETE"
+        },
         path.display()
     );
     s

@@ -92,7 +92,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.json");
         write_new(&p, b"first").unwrap();
-        assert!(matches!(write_new(&p, b"second"), Err(OutputError::Exists(_))));
+        assert!(matches!(
+            write_new(&p, b"second"),
+            Err(OutputError::Exists(_))
+        ));
         assert_eq!(std::fs::read(&p).unwrap(), b"first");
         // No temporary file is left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);

@@ -75,7 +75,10 @@ pub struct Args {
 
 /// Runs `measure`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let dtype: DType = args.dtype.parse().map_err(|e| usage(format!("--dtype: {e}")))?;
+    let dtype: DType = args
+        .dtype
+        .parse()
+        .map_err(|e| usage(format!("--dtype: {e}")))?;
     let plan = Plan::new(MeasureOptions {
         device: args.device.clone(),
         batch: args.batch,
@@ -139,7 +142,13 @@ fn measure_on<D: Device>(
     let mut progress = PhaseLines {
         enabled: std::io::stderr().is_terminal(),
     };
-    Ok(runner::run(device, plan, info, Mode::Measure, &mut progress))
+    Ok(runner::run(
+        device,
+        plan,
+        info,
+        Mode::Measure,
+        &mut progress,
+    ))
 }
 
 /// Writes the document, prints the summary, and turns completeness into the exit code.

@@ -4,10 +4,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use half::{bf16, f16};
-use ndarray::{linalg::general_mat_mul, Array2, ArrayView2};
+use ndarray::{Array2, ArrayView2, linalg::general_mat_mul};
 
 use crate::alloc::{Block, CachingAllocator, Stats};
-use crate::cpu::memory::{available_host_bytes, HostSegments};
+use crate::cpu::memory::{HostSegments, available_host_bytes};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
 use crate::environment::Environment;
@@ -42,9 +42,9 @@ impl CpuDevice {
     }
 
     fn block(&self, t: &Tensor) -> Result<&Block, DeviceError> {
-        self.blocks
-            .get(&t.id)
-            .ok_or_else(|| DeviceError::Backend(format!("tensor {} is not live on the CPU device", t.id)))
+        self.blocks.get(&t.id).ok_or_else(|| {
+            DeviceError::Backend(format!("tensor {} is not live on the CPU device", t.id))
+        })
     }
 
     /// The tensor's bytes inside its segment.
@@ -68,10 +68,16 @@ impl CpuDevice {
         Ok(match t.dtype {
             DType::Float32 => Cow::Borrowed(bytemuck::cast_slice(bytes)),
             DType::Float16 => Cow::Owned(
-                bytemuck::cast_slice::<u8, f16>(bytes).iter().map(|v| v.to_f32()).collect(),
+                bytemuck::cast_slice::<u8, f16>(bytes)
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect(),
             ),
             DType::Bfloat16 => Cow::Owned(
-                bytemuck::cast_slice::<u8, bf16>(bytes).iter().map(|v| v.to_f32()).collect(),
+                bytemuck::cast_slice::<u8, bf16>(bytes)
+                    .iter()
+                    .map(|v| v.to_f32())
+                    .collect(),
             ),
         })
     }
@@ -90,12 +96,18 @@ impl CpuDevice {
         match dtype {
             DType::Float32 => bytes.copy_from_slice(bytemuck::cast_slice(values)),
             DType::Float16 => {
-                for (d, v) in bytemuck::cast_slice_mut::<u8, f16>(bytes).iter_mut().zip(values) {
+                for (d, v) in bytemuck::cast_slice_mut::<u8, f16>(bytes)
+                    .iter_mut()
+                    .zip(values)
+                {
                     *d = f16::from_f32(*v);
                 }
             }
             DType::Bfloat16 => {
-                for (d, v) in bytemuck::cast_slice_mut::<u8, bf16>(bytes).iter_mut().zip(values) {
+                for (d, v) in bytemuck::cast_slice_mut::<u8, bf16>(bytes)
+                    .iter_mut()
+                    .zip(values)
+                {
                     *d = bf16::from_f32(*v);
                 }
             }
@@ -157,14 +169,22 @@ impl Device for CpuDevice {
         Ok(None)
     }
 
-    fn allocate(&mut self, rows: usize, cols: usize, dtype: DType, what: &str) -> Result<Tensor, DeviceError> {
+    fn allocate(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        dtype: DType,
+        what: &str,
+    ) -> Result<Tensor, DeviceError> {
         let bytes = (rows as u64)
             .checked_mul(cols as u64)
             .and_then(|n| n.checked_mul(dtype.size_bytes()))
             .ok_or_else(|| DeviceError::Shape(format!("{what}: {rows}x{cols} overflows")))?;
         let block = self.allocator.allocate(bytes).map_err(|e| match e {
             crate::alloc::AllocError::OutOfMemory {
-                allocated, reserved, ..
+                allocated,
+                reserved,
+                ..
             } => DeviceError::OutOfMemory {
                 what: what.to_string(),
                 requested: bytes,
@@ -176,7 +196,12 @@ impl Device for CpuDevice {
         let id = self.next_id;
         self.next_id += 1;
         self.blocks.insert(id, block);
-        Ok(Tensor { id, rows, cols, dtype })
+        Ok(Tensor {
+            id,
+            rows,
+            cols,
+            dtype,
+        })
     }
 
     fn free(&mut self, tensor: Tensor) {
@@ -190,7 +215,9 @@ impl Device for CpuDevice {
     }
 
     fn fill_inputs(&mut self, tensor: &Tensor, seed: u64) -> Result<(), DeviceError> {
-        let values: Vec<f32> = (0..tensor.len() as u64).map(|i| input_value(seed, i)).collect();
+        let values: Vec<f32> = (0..tensor.len() as u64)
+            .map(|i| input_value(seed, i))
+            .collect();
         self.write(tensor, &values)
     }
 

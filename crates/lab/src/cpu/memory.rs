@@ -66,7 +66,10 @@ mod tests {
         let a = s.allocate(2 << 20).unwrap();
         assert_eq!(a.len() * 8, 2 << 20);
         let _b = s.allocate(2 << 20).unwrap();
-        assert!(matches!(s.allocate(512), Err(SegmentError::OutOfMemory { requested: 512 })));
+        assert!(matches!(
+            s.allocate(512),
+            Err(SegmentError::OutOfMemory { requested: 512 })
+        ));
         s.release(a);
         assert!(s.allocate(512).is_ok());
     }

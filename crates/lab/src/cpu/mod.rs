@@ -7,6 +7,6 @@ mod device;
 mod environment;
 mod memory;
 
-pub use device::{gelu32, CpuDevice};
+pub use device::{CpuDevice, gelu32};
 pub use environment::environment;
-pub use memory::{available_host_bytes, HostSegments};
+pub use memory::{HostSegments, available_host_bytes};

@@ -6,7 +6,7 @@ use crate::dtype::DType;
 use crate::measure::config::Plan;
 use crate::measure::document::Check;
 use crate::measure::synthetic::{
-    input_value, parameter_value, STREAM_B1, STREAM_B2, STREAM_W1, STREAM_W2,
+    STREAM_B1, STREAM_B2, STREAM_W1, STREAM_W2, input_value, parameter_value,
 };
 
 /// The parameters as the host built them, already rounded to the dtype: exactly what the device
@@ -28,7 +28,8 @@ impl HostModel {
             (STREAM_W2, h, w * h),
             (STREAM_B2, h, w),
         ];
-        let params = spec.map(|(stream, fan_in, len)| generate(o.seed, stream, fan_in, len, o.dtype));
+        let params =
+            spec.map(|(stream, fan_in, len)| generate(o.seed, stream, fan_in, len, o.dtype));
         HostModel { params }
     }
 
@@ -89,7 +90,12 @@ pub fn gelu64(x: f64) -> f64 {
 pub fn compare(plan: &Plan, host: &HostModel, rows: &[usize], device_rows: &[f32]) -> Check {
     let o = &plan.options;
     let (w, h) = (o.width, plan.hidden);
-    let (w1, b1, w2, b2) = (host.parameter(0), host.parameter(1), host.parameter(2), host.parameter(3));
+    let (w1, b1, w2, b2) = (
+        host.parameter(0),
+        host.parameter(1),
+        host.parameter(2),
+        host.parameter(3),
+    );
     let mut max_abs_error = 0f64;
     let mut max_ref = 0f64;
     let mut finite = device_rows.len() == rows.len() * w;
@@ -108,13 +114,20 @@ pub fn compare(plan: &Plan, host: &HostModel, rows: &[usize], device_rows: &[f32
             let row = &w2[k * h..(k + 1) * h];
             let dot: f64 = row.iter().zip(&g).map(|(&a, &b)| f64::from(a) * b).sum();
             let reference = dot + f64::from(b2[k]);
-            let got = device_rows.get(n * w + k).copied().map_or(f64::NAN, f64::from);
+            let got = device_rows
+                .get(n * w + k)
+                .copied()
+                .map_or(f64::NAN, f64::from);
             finite &= got.is_finite();
             max_abs_error = max_abs_error.max((got - reference).abs());
             max_ref = max_ref.max(reference.abs());
         }
     }
-    let relative_error = if max_ref > 0.0 { max_abs_error / max_ref } else { max_abs_error };
+    let relative_error = if max_ref > 0.0 {
+        max_abs_error / max_ref
+    } else {
+        max_abs_error
+    };
     let bound = bound(o.dtype, o.allow_tf32);
     Check {
         method: "output rows recomputed in float64 on the host from the same dtype-rounded weights and inputs; normwise relative error max|device - reference| / max|reference|".to_string(),
@@ -167,12 +180,15 @@ mod tests {
         assert!(!compare(&plan, &host, &rows, &[]).passed);
     }
 
+    #[allow(clippy::needless_range_loop)] // index loops keep this reference obviously independent
     fn reference_rows(plan: &Plan, host: &HostModel, rows: &[usize]) -> Vec<f32> {
         // Independent of `compare`: a straightforward per-element loop.
         let (w, h, seed) = (plan.options.width, plan.hidden, plan.options.seed);
         let mut out = Vec::new();
         for &r in rows {
-            let x: Vec<f64> = (0..w).map(|j| f64::from(input_value(seed, (r * w + j) as u64))).collect();
+            let x: Vec<f64> = (0..w)
+                .map(|j| f64::from(input_value(seed, (r * w + j) as u64)))
+                .collect();
             let g: Vec<f64> = (0..h)
                 .map(|i| {
                     let mut s = f64::from(host.parameter(1)[i]);

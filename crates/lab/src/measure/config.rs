@@ -92,29 +92,44 @@ impl Plan {
         };
         let hidden = match options.hidden {
             Some(h) => h,
-            None => options
-                .width
-                .checked_mul(4)
-                .ok_or(too_large("width", options.width, "4 x width"))?,
+            None => options.width.checked_mul(4).ok_or(too_large(
+                "width",
+                options.width,
+                "4 x width",
+            ))?,
         };
-        let rows = options
-            .batch
-            .checked_mul(options.context)
-            .ok_or(too_large("context", options.context, "batch x context"))?;
-        let fits = |a: usize, b: usize| (a as u128) * (b as u128) <= u128::from(MAX_TENSOR_ELEMENTS);
+        let rows = options.batch.checked_mul(options.context).ok_or(too_large(
+            "context",
+            options.context,
+            "batch x context",
+        ))?;
+        let fits =
+            |a: usize, b: usize| (a as u128) * (b as u128) <= u128::from(MAX_TENSOR_ELEMENTS);
         if !fits(rows, hidden) {
             let (option, value) = if options.hidden.is_some() {
                 ("hidden", hidden)
             } else {
                 ("width", options.width)
             };
-            return Err(too_large(option, value, "the hidden activation [batch*context, hidden]"));
+            return Err(too_large(
+                option,
+                value,
+                "the hidden activation [batch*context, hidden]",
+            ));
         }
         if !fits(rows, options.width) {
-            return Err(too_large("context", options.context, "the input [batch*context, width]"));
+            return Err(too_large(
+                "context",
+                options.context,
+                "the input [batch*context, width]",
+            ));
         }
         if !fits(options.width, hidden) {
-            return Err(too_large("width", options.width, "a weight [hidden, width]"));
+            return Err(too_large(
+                "width",
+                options.width,
+                "a weight [hidden, width]",
+            ));
         }
         Ok(Plan {
             options,
@@ -176,8 +191,9 @@ impl Plan {
         ];
         let parameter_count: u64 = layers.iter().map(|l| l.parameters).sum();
         SyntheticModel {
-            description: "Linear(width -> hidden) -> GELU (exact erf) -> Linear(hidden -> width), with bias"
-                .to_string(),
+            description:
+                "Linear(width -> hidden) -> GELU (exact erf) -> Linear(hidden -> width), with bias"
+                    .to_string(),
             layers,
             parameter_count,
             parameter_bytes: parameter_count * o.dtype.size_bytes(),
@@ -194,7 +210,12 @@ impl Plan {
 pub(crate) mod tests {
     use super::*;
 
-    pub(crate) fn options(batch: usize, context: usize, width: usize, dtype: DType) -> MeasureOptions {
+    pub(crate) fn options(
+        batch: usize,
+        context: usize,
+        width: usize,
+        dtype: DType,
+    ) -> MeasureOptions {
         MeasureOptions {
             device: "cpu".to_string(),
             batch,
@@ -225,7 +246,10 @@ pub(crate) mod tests {
     fn refuses_zero_and_overflow() {
         let mut o = options(1, 16, 64, DType::Float32);
         o.batch = 0;
-        assert_eq!(Plan::new(o).unwrap_err(), ConfigError::Zero { option: "batch" });
+        assert_eq!(
+            Plan::new(o).unwrap_err(),
+            ConfigError::Zero { option: "batch" }
+        );
         let mut o = options(1, 16, 64, DType::Float32);
         o.hidden = Some(0);
         assert!(Plan::new(o).is_err());

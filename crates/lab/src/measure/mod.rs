@@ -7,3 +7,6 @@ pub mod document;
 pub mod preflight;
 pub mod runner;
 pub mod synthetic;
+
+#[cfg(test)]
+mod tests;

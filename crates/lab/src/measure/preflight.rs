@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use crate::alloc::{Block, CachingAllocator, SegmentError, SegmentSource, Stats};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
-use crate::environment::{Environment, ENVIRONMENT_SCHEMA};
+use crate::environment::{ENVIRONMENT_SCHEMA, Environment};
 use crate::measure::config::Plan;
 use crate::measure::document::Preflight;
 use crate::measure::runner::{self, Mode, RunInfo, Silent};
@@ -35,7 +35,7 @@ pub fn estimate_peak_reserved(plan: &Plan, workspace_bytes: u64) -> u64 {
 }
 
 /// A run that cannot fit: the figures, for the refusal.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error(
     "this run needs an estimated {needed} bytes ({needed_gib:.2} GiB) of allocator segments at its \
      peak but the device has {limit} bytes ({limit_gib:.2} GiB) available{fraction}; \
@@ -146,7 +146,13 @@ impl Device for PlanDevice {
         Ok(None)
     }
 
-    fn allocate(&mut self, rows: usize, cols: usize, dtype: DType, what: &str) -> Result<Tensor, DeviceError> {
+    fn allocate(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        dtype: DType,
+        what: &str,
+    ) -> Result<Tensor, DeviceError> {
         let bytes = rows as u64 * cols as u64 * dtype.size_bytes();
         let block = self
             .allocator
@@ -155,7 +161,12 @@ impl Device for PlanDevice {
         let id = self.next_id;
         self.next_id += 1;
         self.blocks.insert(id, block);
-        Ok(Tensor { id, rows, cols, dtype })
+        Ok(Tensor {
+            id,
+            rows,
+            cols,
+            dtype,
+        })
     }
 
     fn free(&mut self, tensor: Tensor) {
@@ -172,7 +183,14 @@ impl Device for PlanDevice {
         Ok(())
     }
 
-    fn linear(&mut self, _x: &Tensor, _w: &Tensor, _b: &Tensor, _out: &Tensor, _tf32: bool) -> Result<(), DeviceError> {
+    fn linear(
+        &mut self,
+        _x: &Tensor,
+        _w: &Tensor,
+        _b: &Tensor,
+        _out: &Tensor,
+        _tf32: bool,
+    ) -> Result<(), DeviceError> {
         if self.workspace.is_none() && self.workspace_bytes > 0 {
             let block = self
                 .allocator

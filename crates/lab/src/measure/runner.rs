@@ -11,7 +11,7 @@ use crate::device::{Device, DeviceError, Tensor};
 use crate::measure::check::{self, HostModel};
 use crate::measure::config::Plan;
 use crate::measure::document::{
-    MeasurementDocument, Phase, PhaseMemory, PhaseRow, Preflight, RunError, MEASUREMENT_SCHEMA,
+    MEASUREMENT_SCHEMA, MeasurementDocument, Phase, PhaseMemory, PhaseRow, Preflight, RunError,
 };
 use crate::tool::ToolInfo;
 
@@ -135,13 +135,40 @@ impl<D: Device> Runner<'_, D> {
                 return Err(e);
             }
             Ok(x)
-        })?;
-        let y = self.phase(Phase::ColdForward, 0, |r| r.forward(&x, &weights))?;
+        });
+        let x = match x {
+            Ok(x) => x,
+            Err(e) => {
+                self.free_weights(weights);
+                return Err(e);
+            }
+        };
+        let result = self.forward_phases(&x, &weights, host);
+        self.device.free(x);
+        self.free_weights(weights);
+        result
+    }
+
+    fn free_weights(&mut self, w: Weights) {
+        for t in [w.w1, w.b1, w.w2, w.b2] {
+            self.device.free(t);
+        }
+    }
+
+    /// The forward phases and the check; the caller frees weights and inputs.
+    fn forward_phases(
+        &mut self,
+        x: &Tensor,
+        weights: &Weights,
+        host: Option<HostModel>,
+    ) -> Result<Option<crate::measure::document::Check>, RunError> {
+        let o = &self.plan.options;
+        let y = self.phase(Phase::ColdForward, 0, |r| r.forward(x, weights))?;
         self.device.free(y);
         let y = self.phase(Phase::Warmup, 0, |r| {
             let mut last: Option<Tensor> = None;
             for _ in 0..o.warmup {
-                let y = r.forward(&x, &weights);
+                let y = r.forward(x, weights);
                 // As `y = model(x)` in a loop: the previous output is released only once the new
                 // one exists.
                 if let Some(previous) = last.take() {
@@ -156,7 +183,7 @@ impl<D: Device> Runner<'_, D> {
         }
         let mut last_output = None;
         for index in 0..o.repeats {
-            let y = self.phase(Phase::WarmForward, index, |r| r.forward(&x, &weights))?;
+            let y = self.phase(Phase::WarmForward, index, |r| r.forward(x, weights))?;
             if index + 1 == o.repeats {
                 last_output = Some(y);
             } else {
@@ -170,10 +197,6 @@ impl<D: Device> Runner<'_, D> {
             self.device.free(y);
             let device_rows = device_rows.map_err(|e| failure(None, &e, self.device.stats()))?;
             check = Some(check::compare(self.plan, &host, &rows, &device_rows));
-        }
-        self.device.free(x);
-        for t in [weights.w1, weights.b1, weights.w2, weights.b2] {
-            self.device.free(t);
         }
         Ok(check)
     }
@@ -230,7 +253,12 @@ impl<D: Device> Runner<'_, D> {
             Mode::Measure => Some(HostModel::build(self.plan)),
             Mode::Plan => None,
         };
-        let names = ["linear1.weight", "linear1.bias", "linear2.weight", "linear2.bias"];
+        let names = [
+            "linear1.weight",
+            "linear1.bias",
+            "linear2.weight",
+            "linear2.bias",
+        ];
         let mut tensors: Vec<Tensor> = Vec::with_capacity(4);
         for (i, (rows, cols)) in self.plan.parameter_shapes().into_iter().enumerate() {
             let uploaded = self
@@ -311,12 +339,20 @@ impl<D: Device> Runner<'_, D> {
 
 /// The document's `error` for a device failure in `phase`.
 fn failure(phase: Option<Phase>, e: &DeviceError, stats: crate::alloc::Stats) -> RunError {
-    let where_ = phase.map_or("after the last phase".to_string(), |p| format!("in phase {}", p.name()));
+    let where_ = phase.map_or("after the last phase".to_string(), |p| {
+        format!("in phase {}", p.name())
+    });
     let (kind, allocated, reserved) = match e {
         DeviceError::OutOfMemory {
-            allocated, reserved, ..
+            allocated,
+            reserved,
+            ..
         } => ("out_of_memory", *allocated, *reserved),
-        _ => ("device", stats.all.allocated.current, stats.all.reserved.current),
+        _ => (
+            "device",
+            stats.all.allocated.current,
+            stats.all.reserved.current,
+        ),
     };
     RunError {
         phase,
