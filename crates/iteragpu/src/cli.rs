@@ -22,6 +22,9 @@ pub enum Command {
     Estimate(crate::cmd::estimate::Args),
     /// Price a GPU package from the tariff catalogue, and one accepted result (no GPU needed).
     Price(crate::cmd::price::Args),
+    /// Measure the synthetic Linear -> GELU -> Linear model phase by phase (time and memory)
+    /// and write one JSON document that must not exist yet.
+    Measure(crate::cmd::measure::Args),
 }
 
 #[cfg(test)]

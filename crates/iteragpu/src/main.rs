@@ -5,6 +5,7 @@ mod cli;
 mod cmd;
 mod exit;
 mod output;
+mod summary;
 
 use std::process::ExitCode;
 

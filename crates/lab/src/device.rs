@@ -89,6 +89,21 @@ pub trait Device {
     /// Describes the device and its software for the document's `environment`.
     fn environment(&self) -> Environment;
 
+    /// The arithmetic products use, in words, for the document's `configuration.math_mode`.
+    fn math_mode(&self, dtype: DType, allow_tf32: bool) -> String {
+        match (dtype, allow_tf32) {
+            (DType::Float32, false) => "float32 products in strict float32 (no TF32)".to_string(),
+            (DType::Float32, true) => "float32 products may use TF32 (--allow-tf32)".to_string(),
+            (d, _) => format!("{d} storage, float32 accumulation"),
+        }
+    }
+
+    /// Bytes the pre-flight check may plan for: what the device says is free. The default
+    /// takes [`Device::device_memory`]; the CPU reference reports the host's available memory.
+    fn available_bytes(&mut self) -> Result<Option<u64>, DeviceError> {
+        Ok(self.device_memory()?.map(|m| m.free_bytes))
+    }
+
     /// Bytes of cuBLAS-like workspace the device will allocate through its allocator on the first
     /// product (0 when it needs none), so the pre-flight estimate can include it.
     fn workspace_bytes(&self) -> u64;

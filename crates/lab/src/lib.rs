@@ -14,6 +14,7 @@ pub mod device;
 pub mod dtype;
 pub mod environment;
 pub mod estimate;
+pub mod files;
 pub mod measure;
 pub mod price;
 pub mod tool;

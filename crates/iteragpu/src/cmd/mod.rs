@@ -2,6 +2,7 @@
 
 pub mod environment;
 pub mod estimate;
+pub mod measure;
 pub mod price;
 
 use std::process::ExitCode;
@@ -14,5 +15,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Environment(args) => environment::run(args),
         Command::Estimate(args) => estimate::run(args),
         Command::Price(args) => price::run(args),
+        Command::Measure(args) => measure::run(args),
     }
 }

@@ -2,3 +2,5 @@
 
 mod estimate;
 mod price;
+
+mod measure;

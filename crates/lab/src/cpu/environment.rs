@@ -23,7 +23,7 @@ pub fn environment(tool: ToolInfo) -> Environment {
             "logical_cpus": threads,
             "arch": std::env::consts::ARCH,
             "os": std::env::consts::OS,
-            "gemm": "matrixmultiply (sgemm, float32 accumulation)",
+            "gemm": "ndarray general_mat_mul over matrixmultiply sgemm (float32 accumulation)",
             "device_clock": false,
         }),
     }

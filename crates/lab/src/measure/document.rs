@@ -196,9 +196,12 @@ pub struct Check {
     pub method: String,
     /// Output rows recomputed (indices into `[batch * context]`).
     pub rows: Vec<usize>,
-    /// Largest absolute difference over the checked elements.
+    /// Largest absolute difference over the checked elements (`null` in JSON when not finite).
+    #[serde(deserialize_with = "nan_if_null")]
     pub max_abs_error: f64,
-    /// Normwise relative error: `max |device - reference| / max |reference|`.
+    /// Normwise relative error: `max |device - reference| / max |reference|` (`null` in JSON
+    /// when not finite).
+    #[serde(deserialize_with = "nan_if_null")]
     pub relative_error: f64,
     /// The bound for the dtype and math mode.
     pub bound: f64,
@@ -219,4 +222,10 @@ pub struct RunError {
     pub allocated_bytes: Option<u64>,
     /// Allocator reserved bytes when it failed, where known.
     pub reserved_bytes: Option<u64>,
+}
+
+/// JSON has no NaN or infinity (serde_json writes them as `null`); read `null` back as NaN so a
+/// document with a non-finite error still loads.
+fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
