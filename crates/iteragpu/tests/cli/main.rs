@@ -1,0 +1,4 @@
+//! End-to-end tests of the `iteragpu` binary, one module per command.
+
+mod environment;
+mod stubs;
