@@ -9,8 +9,6 @@ pub const CUDA_ERROR_STUB_LIBRARY: i32 = 34;
 pub const CUDA_ERROR_NO_DEVICE: i32 = 100;
 /// `CUDA_ERROR_OUT_OF_MEMORY`.
 pub const CUDA_ERROR_OUT_OF_MEMORY: i32 = 2;
-/// `CUDA_ERROR_INSUFFICIENT_DRIVER`.
-pub const CUDA_ERROR_INSUFFICIENT_DRIVER: i32 = 35;
 
 /// A `libloading` error with the loader's own words (its `Display` alone says only
 /// "dlopen failed").

@@ -7,6 +7,7 @@
 //! user can act on, never a panic.
 
 mod blas;
+mod device;
 mod driver;
 mod environment;
 mod error;
@@ -14,9 +15,11 @@ mod kernels;
 mod loader;
 mod maps;
 mod nvml;
+mod segments;
 mod version;
 mod workspace;
 
+pub use device::CudaDevice;
 pub use environment::environment;
 pub use error::CudaError;
 pub use kernels::KernelForm;
