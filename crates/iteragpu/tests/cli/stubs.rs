@@ -14,7 +14,7 @@ pub struct StubDir {
 
 fn source(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/cli/stubs")
+        .join("../lab-cuda/tests/stubs")
         .join(name)
 }
 

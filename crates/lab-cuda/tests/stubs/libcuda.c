@@ -6,6 +6,9 @@
  *   CC_MAJOR/CC_MINOR compute capability
  *   WITH_V2         export cuEventElapsedTime_v2 and cuDeviceGetUuid_v2 (R570+ drivers do)
  *   OMIT_MEMGETINFO leave out cuMemGetInfo_v2 (a symbol every supported driver has)
+ *   FULL            make the context, stream, memory, module, launch and event calls succeed:
+ *                   cuMemAlloc hands out fake addresses from a budget of MEMORY_BUDGET bytes and
+ *                   then fails with CUDA_ERROR_OUT_OF_MEMORY; copies and launches do nothing
  */
 #include <string.h>
 
@@ -69,10 +72,42 @@ int cuMemGetInfo_v2(unsigned long *free_bytes, unsigned long *total) {
 #endif
 #ifdef WITH_V2
 int cuDeviceGetUuid_v2(unsigned char *out, int dev) { (void)dev; memcpy(out, uuid, 16); return 0; }
-int cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 999; }
+int cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }
 #endif
-int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 999; }
 
+#ifdef FULL
+#ifndef MEMORY_BUDGET
+#define MEMORY_BUDGET (64UL * 1024 * 1024)
+#endif
+static unsigned long used = 0, next_address = 0x7f0000000000UL;
+int cuMemAlloc_v2(unsigned long *p, unsigned long bytes) {
+    if (used + bytes > MEMORY_BUDGET) return 2;
+    used += bytes;
+    *p = next_address;
+    next_address += (bytes + 511) / 512 * 512 + 512;
+    return 0;
+}
+/* The stub does not track sizes; frees are counted by the test through the allocator. */
+int cuMemFree_v2(unsigned long p) { (void)p; return 0; }
+#define OK(name) int name() { return 0; }
+#define OK_HANDLE(name) int name(void **out) { *out = (void *)0x10; return 0; }
+OK_HANDLE(cuStreamCreate)
+OK_HANDLE(cuEventCreate)
+OK_HANDLE(cuModuleLoadData)
+OK_HANDLE(cuModuleGetFunction)
+OK(cuCtxSynchronize)
+OK(cuStreamDestroy_v2)
+OK(cuStreamSynchronize)
+OK(cuMemcpyHtoDAsync_v2)
+OK(cuMemcpyDtoHAsync_v2)
+OK(cuModuleUnload)
+OK(cuLaunchKernel)
+OK(cuEventRecord)
+OK(cuEventSynchronize)
+OK(cuEventDestroy_v2)
+int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }
+#else
+int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 999; }
 /* Present so the symbol table resolves; the tests never get this far (they return
  * CUDA_ERROR_UNKNOWN if called). */
 #define UNUSED(name) int name(void) { return 999; }
@@ -92,3 +127,4 @@ UNUSED(cuEventCreate)
 UNUSED(cuEventRecord)
 UNUSED(cuEventSynchronize)
 UNUSED(cuEventDestroy_v2)
+#endif
