@@ -1,4 +1,6 @@
-//! End-to-end tests of the `iteragpu` binary, one module per command.
+//! End-to-end tests of the `iteragpu` binary: one module per command.
 
 mod environment;
+mod estimate;
+mod price;
 mod stubs;
