@@ -1,0 +1,242 @@
+//! `environment --device cuda:N`: what the driver, the libraries and the GPU say, gathered stage
+//! by stage so that a failure still reports everything learnt before it.
+
+use std::path::Path;
+
+use lab::environment::{ENVIRONMENT_SCHEMA, Environment};
+use lab::tool::ToolInfo;
+use serde_json::{Map, Value, json};
+
+use crate::blas::Blas;
+use crate::driver::{Attribute, CuDevice, Driver, format_uuid};
+use crate::error::CudaError;
+use crate::kernels::{KernelForm, cubin_archs, preferred_form};
+use crate::loader;
+use crate::nvml::{self, NvmlHandle};
+use crate::version::cuda_version;
+use crate::workspace::workspace_bytes;
+
+/// The oldest compute capability the kernels (compute_80) and bfloat16 GEMMs support.
+pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
+
+/// Describes `cuda:ordinal`. Never fails: without a usable GPU the report has `usable: false`
+/// and a `problem` sentence, and still says what was found.
+pub fn environment(ordinal: usize, tool: ToolInfo) -> Environment {
+    let mut details = Map::new();
+    let outcome = probe(ordinal, &mut details);
+    Environment {
+        schema: ENVIRONMENT_SCHEMA.to_string(),
+        tool,
+        requested_device: format!("cuda:{ordinal}"),
+        backend: "cuda".to_string(),
+        reference_device: false,
+        usable: outcome.is_ok(),
+        problem: outcome.err().map(|e| e.to_string()),
+        details: Value::Object(details),
+    }
+}
+
+fn probe(ordinal: usize, details: &mut Map<String, Value>) -> Result<(), CudaError> {
+    let mut nvml = nvml::open();
+    describe_nvml(&nvml, details);
+    let driver = Driver::load()?;
+    describe_driver(&driver, details);
+    let dev = driver.device(ordinal);
+    details.insert("visible_devices".into(), json!(driver.device_count()?));
+    let dev = dev?;
+    let major_minor = describe_gpu(&driver, dev, nvml.as_mut().ok(), details)?;
+    // Device-wide free memory needs a context; the primary context is released at once.
+    driver.retain_primary_context(dev)?;
+    let info = driver.mem_get_info();
+    driver.release_primary_context(dev);
+    let (free, total) = info?;
+    if let Some(Value::Object(gpu)) = details.get_mut("gpu") {
+        gpu.insert("free_memory_bytes".into(), json!(free));
+        gpu.insert("total_memory_bytes".into(), json!(total));
+    }
+    check_compute_capability(ordinal, &driver, dev, major_minor)?;
+    let blas = loader::load_blas(driver.version).and_then(Blas::new);
+    describe_blas(blas.as_ref().ok(), details);
+    blas?;
+    Ok(())
+}
+
+/// Refuses GPUs older than compute capability 8.0.
+pub fn check_compute_capability(
+    ordinal: usize,
+    driver: &Driver,
+    dev: CuDevice,
+    (major, minor): (i32, i32),
+) -> Result<(), CudaError> {
+    if (major, minor) < MIN_COMPUTE_CAPABILITY {
+        let name = driver.facts(dev).map(|f| f.name).unwrap_or_default();
+        return Err(CudaError::UnsupportedGpu {
+            ordinal,
+            name,
+            major,
+            minor,
+        });
+    }
+    Ok(())
+}
+
+/// Adds NVML's availability (and its problem, if any) under `nvml`.
+pub fn describe_nvml(nvml: &Result<NvmlHandle, String>, details: &mut Map<String, Value>) {
+    let value = match nvml {
+        Ok(h) => json!({
+            "available": true,
+            "library": h.path.as_deref().map(display_path),
+            "driver_version": h.driver_version(),
+            "cuda_driver_version": h.cuda_driver_version().map(cuda_version),
+        }),
+        Err(reason) => json!({"available": false, "problem": reason}),
+    };
+    details.insert("nvml".into(), value);
+}
+
+/// Adds the driver's library, version and the names of the symbols that differ by generation.
+pub fn describe_driver(driver: &Driver, details: &mut Map<String, Value>) {
+    details.insert(
+        "driver".into(),
+        json!({
+            "library": driver.path.as_deref().map(display_path),
+            "cuda_version": cuda_version(driver.version),
+            "event_timing_symbol": driver.elapsed_symbol(),
+        }),
+    );
+}
+
+/// Adds the GPU's facts; returns its compute capability.
+pub fn describe_gpu(
+    driver: &Driver,
+    dev: CuDevice,
+    nvml: Option<&mut NvmlHandle>,
+    details: &mut Map<String, Value>,
+) -> Result<(i32, i32), CudaError> {
+    let facts = driver.facts(dev)?;
+    let attr = |a: Attribute| driver.attribute(dev, a).ok();
+    let nvml_facts = match nvml {
+        Some(h) => {
+            if h.match_device(&facts.uuid) {
+                h.device_facts()
+            } else {
+                json!("no NVML device has this GPU's UUID")
+            }
+        }
+        None => Value::Null,
+    };
+    let form = preferred_form(facts.major, facts.minor);
+    details.insert(
+        "gpu".into(),
+        json!({
+            "name": facts.name,
+            "uuid": format_uuid("GPU", &facts.uuid),
+            "uuid_symbol": facts.uuid_symbol,
+            "compute_capability": format!("{}.{}", facts.major, facts.minor),
+            "sm_count": attr(Attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            "total_memory_bytes": facts.total_bytes,
+            "l2_cache_bytes": attr(Attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
+            "memory_bus_width_bits": attr(Attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
+            "ecc_enabled": attr(Attribute::CU_DEVICE_ATTRIBUTE_ECC_ENABLED).map(|v| v != 0),
+            "pci_bus": pci_bus(
+                attr(Attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+                attr(Attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+                attr(Attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+            ),
+            "nvml": nvml_facts,
+        }),
+    );
+    details.insert("kernel_form".into(), json!(form.to_string()));
+    details.insert("kernel_cubins".into(), json!(cubin_archs()));
+    details.insert(
+        "cublas_workspace_bytes".into(),
+        json!(workspace_bytes(facts.major)),
+    );
+    Ok((facts.major, facts.minor))
+}
+
+/// Records the kernel form actually loaded (it may differ from the preferred one).
+pub fn set_kernel_form(form: KernelForm, details: &mut Map<String, Value>) {
+    details.insert("kernel_form".into(), json!(form.to_string()));
+}
+
+/// Adds cuBLAS and cuBLASLt paths and versions.
+pub fn describe_blas(blas: Option<&Blas>, details: &mut Map<String, Value>) {
+    let value = match blas {
+        Some(b) => json!({
+            "cublas": {"library": display_path(&b.libs.blas_path), "version": b.version},
+            "cublaslt": {"library": display_path(&b.libs.lt_path), "version": b.lt_version},
+            "found_via": b.libs.origin,
+        }),
+        None => Value::Null,
+    };
+    details.insert("libraries".into(), value);
+}
+
+fn pci_bus(domain: Option<i32>, bus: Option<i32>, device: Option<i32>) -> Option<String> {
+    Some(format!("{:04x}:{:02x}:{:02x}.0", domain?, bus?, device?))
+}
+
+/// A path for a report, with the home folder shown as `~` so no user name appears.
+pub fn display_path(path: &Path) -> String {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    redact_home(path, home.as_deref())
+}
+
+fn redact_home(path: &Path, home: Option<&Path>) -> String {
+    match home {
+        Some(home) if home != Path::new("/") && !home.as_os_str().is_empty() => {
+            path.strip_prefix(home).map_or_else(
+                |_| path.display().to_string(),
+                |rest| format!("~/{}", rest.display()),
+            )
+        }
+        _ => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_is_not_reported() {
+        assert_eq!(
+            redact_home(
+                Path::new("/home/alice/.local/lib/libcublas.so.12"),
+                Some(Path::new("/home/alice"))
+            ),
+            "~/.local/lib/libcublas.so.12"
+        );
+        assert_eq!(
+            redact_home(
+                Path::new("/usr/lib/libcuda.so.1"),
+                Some(Path::new("/home/alice"))
+            ),
+            "/usr/lib/libcuda.so.1"
+        );
+        assert_eq!(
+            redact_home(Path::new("/usr/lib/x"), Some(Path::new("/"))),
+            "/usr/lib/x"
+        );
+    }
+
+    #[test]
+    fn pci_bus_id_format() {
+        assert_eq!(
+            pci_bus(Some(0), Some(0x1b), Some(0)),
+            Some("0000:1b:00.0".into())
+        );
+        assert_eq!(pci_bus(None, Some(1), Some(0)), None);
+    }
+
+    #[test]
+    fn without_a_gpu_the_report_is_still_valid() {
+        let env = environment(0, ToolInfo::new(None));
+        assert_eq!(env.requested_device, "cuda:0");
+        assert_eq!(env.backend, "cuda");
+        if !env.usable {
+            assert!(env.problem.is_some());
+        }
+    }
+}

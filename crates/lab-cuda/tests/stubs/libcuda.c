@@ -1,0 +1,130 @@
+/* A stand-in for the NVIDIA driver's libcuda.so.1, for tests on machines without a GPU.
+ * Its behaviour is chosen at compile time:
+ *   INIT_RESULT     what cuInit returns (34 = CUDA_ERROR_STUB_LIBRARY, 100 = CUDA_ERROR_NO_DEVICE)
+ *   DRIVER_VERSION  what cuDriverGetVersion reports (12040 = CUDA 12.4)
+ *   DEVICE_COUNT    devices seen after a successful cuInit
+ *   CC_MAJOR/CC_MINOR compute capability
+ *   WITH_V2         export cuEventElapsedTime_v2 and cuDeviceGetUuid_v2 (R570+ drivers do)
+ *   OMIT_MEMGETINFO leave out cuMemGetInfo_v2 (a symbol every supported driver has)
+ *   FULL            make the context, stream, memory, module, launch and event calls succeed:
+ *                   cuMemAlloc hands out fake addresses from a budget of MEMORY_BUDGET bytes and
+ *                   then fails with CUDA_ERROR_OUT_OF_MEMORY; copies and launches do nothing
+ */
+#include <string.h>
+
+#ifndef INIT_RESULT
+#define INIT_RESULT 0
+#endif
+#ifndef DRIVER_VERSION
+#define DRIVER_VERSION 12040
+#endif
+#ifndef DEVICE_COUNT
+#define DEVICE_COUNT 1
+#endif
+#ifndef CC_MAJOR
+#define CC_MAJOR 9
+#endif
+#ifndef CC_MINOR
+#define CC_MINOR 0
+#endif
+
+static int initialised = 0;
+static const unsigned char uuid[16] = {0x6f, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70,
+                                       0x81, 0x92, 0xa3, 0xb4, 0xc5, 0xd6, 0xe7, 0xf8};
+
+int cuDriverGetVersion(int *v) { *v = DRIVER_VERSION; return 0; }
+int cuInit(unsigned flags) { (void)flags; if (INIT_RESULT == 0) initialised = 1; return INIT_RESULT; }
+int cuGetErrorName(int code, const char **s) {
+    switch (code) {
+    case 34: *s = "CUDA_ERROR_STUB_LIBRARY"; return 0;
+    case 100: *s = "CUDA_ERROR_NO_DEVICE"; return 0;
+    case 999: *s = "CUDA_ERROR_UNKNOWN"; return 0;
+    default: return 1;
+    }
+}
+int cuDeviceGetCount(int *n) { if (!initialised) return 3; *n = DEVICE_COUNT; return 0; }
+int cuDeviceGet(int *d, int ordinal) { if (ordinal >= DEVICE_COUNT) return 101; *d = ordinal; return 0; }
+int cuDeviceGetName(char *name, int len, int dev) { (void)dev; strncpy(name, "Stub GPU", len); return 0; }
+int cuDeviceGetAttribute(int *v, int attr, int dev) {
+    (void)dev;
+    switch (attr) {
+    case 16: *v = 132; return 0;            /* MULTIPROCESSOR_COUNT */
+    case 32: *v = 1; return 0;              /* ECC_ENABLED */
+    case 33: *v = 0x1b; return 0;           /* PCI_BUS_ID */
+    case 34: *v = 0; return 0;              /* PCI_DEVICE_ID */
+    case 50: *v = 0; return 0;              /* PCI_DOMAIN_ID */
+    case 38: *v = 50 * 1024 * 1024; return 0; /* L2_CACHE_SIZE */
+    case 37: *v = 6144; return 0;           /* GLOBAL_MEMORY_BUS_WIDTH */
+    case 75: *v = CC_MAJOR; return 0;
+    case 76: *v = CC_MINOR; return 0;
+    default: return 1;
+    }
+}
+int cuDeviceTotalMem_v2(unsigned long *bytes, int dev) { (void)dev; *bytes = 150754820096UL; return 0; }
+int cuDeviceGetUuid(unsigned char *out, int dev) { (void)dev; memcpy(out, uuid, 16); return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = (void *)0x1; return 0; }
+int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
+int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+#ifndef OMIT_MEMGETINFO
+int cuMemGetInfo_v2(unsigned long *free_bytes, unsigned long *total) {
+    *free_bytes = 149000000000UL; *total = 150754820096UL; return 0;
+}
+#endif
+#ifdef WITH_V2
+int cuDeviceGetUuid_v2(unsigned char *out, int dev) { (void)dev; memcpy(out, uuid, 16); return 0; }
+int cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }
+#endif
+
+#ifdef FULL
+#ifndef MEMORY_BUDGET
+#define MEMORY_BUDGET (64UL * 1024 * 1024)
+#endif
+static unsigned long used = 0, next_address = 0x7f0000000000UL;
+int cuMemAlloc_v2(unsigned long *p, unsigned long bytes) {
+    if (used + bytes > MEMORY_BUDGET) return 2;
+    used += bytes;
+    *p = next_address;
+    next_address += (bytes + 511) / 512 * 512 + 512;
+    return 0;
+}
+/* The stub does not track sizes; frees are counted by the test through the allocator. */
+int cuMemFree_v2(unsigned long p) { (void)p; return 0; }
+#define OK(name) int name() { return 0; }
+#define OK_HANDLE(name) int name(void **out) { *out = (void *)0x10; return 0; }
+OK_HANDLE(cuStreamCreate)
+OK_HANDLE(cuEventCreate)
+OK_HANDLE(cuModuleLoadData)
+OK_HANDLE(cuModuleGetFunction)
+OK(cuCtxSynchronize)
+OK(cuStreamDestroy_v2)
+OK(cuStreamSynchronize)
+OK(cuMemcpyHtoDAsync_v2)
+OK(cuMemcpyDtoHAsync_v2)
+OK(cuModuleUnload)
+OK(cuLaunchKernel)
+OK(cuEventRecord)
+OK(cuEventSynchronize)
+OK(cuEventDestroy_v2)
+int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }
+#else
+int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 999; }
+/* Present so the symbol table resolves; the tests never get this far (they return
+ * CUDA_ERROR_UNKNOWN if called). */
+#define UNUSED(name) int name(void) { return 999; }
+UNUSED(cuCtxSynchronize)
+UNUSED(cuStreamCreate)
+UNUSED(cuStreamDestroy_v2)
+UNUSED(cuStreamSynchronize)
+UNUSED(cuMemAlloc_v2)
+UNUSED(cuMemFree_v2)
+UNUSED(cuMemcpyHtoDAsync_v2)
+UNUSED(cuMemcpyDtoHAsync_v2)
+UNUSED(cuModuleLoadData)
+UNUSED(cuModuleGetFunction)
+UNUSED(cuModuleUnload)
+UNUSED(cuLaunchKernel)
+UNUSED(cuEventCreate)
+UNUSED(cuEventRecord)
+UNUSED(cuEventSynchronize)
+UNUSED(cuEventDestroy_v2)
+#endif
