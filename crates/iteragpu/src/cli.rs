@@ -18,6 +18,14 @@ pub enum Command {
     /// Describe the device and its software (driver, libraries, memory). Exit 0 even when no GPU
     /// is usable: the report then says why.
     Environment(crate::cmd::environment::Args),
+    /// Write the kit: a deterministic zip with the documents, data, MANIFEST.json and SHA256SUMS.
+    Kit(crate::cmd::kit::Args),
+    /// Check a kit (zip or extracted folder) against its MANIFEST.json: complete, then valid.
+    Verify(crate::cmd::verify::Args),
+    /// Write (`init`) and lock (`lock`) the quality protocol, before the test.
+    Protocol(crate::cmd::protocol::Args),
+    /// Append one run to the results grid, against a locked protocol and a complete measurement.
+    Record(crate::cmd::record::Args),
 }
 
 #[cfg(test)]

@@ -1,6 +1,10 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
 pub mod environment;
+pub mod kit;
+pub mod protocol;
+pub mod record;
+pub mod verify;
 
 use std::process::ExitCode;
 
@@ -10,5 +14,9 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Environment(args) => environment::run(args),
+        Command::Kit(args) => kit::run(args),
+        Command::Verify(args) => verify::run(args),
+        Command::Protocol(args) => protocol::run(args),
+        Command::Record(args) => record::run(args),
     }
 }
