@@ -18,6 +18,10 @@ pub enum Command {
     /// Describe the device and its software (driver, libraries, memory). Exit 0 even when no GPU
     /// is usable: the report then says why.
     Environment(crate::cmd::environment::Args),
+    /// Estimate the memory the weights of a model occupy (no GPU needed).
+    Estimate(crate::cmd::estimate::Args),
+    /// Price a GPU package from the tariff catalogue, and one accepted result (no GPU needed).
+    Price(crate::cmd::price::Args),
     /// Write the kit: a deterministic zip with the documents, data, MANIFEST.json and SHA256SUMS.
     Kit(crate::cmd::kit::Args),
     /// Check a kit (zip or extracted folder) against its MANIFEST.json: complete, then valid.

@@ -8,9 +8,13 @@
 #![forbid(unsafe_code)]
 
 pub mod alloc;
+pub mod catalogue;
 pub mod cpu;
 pub mod device;
 pub mod dtype;
 pub mod environment;
+pub mod estimate;
 pub mod measure;
+pub mod price;
 pub mod tool;
+pub mod units;

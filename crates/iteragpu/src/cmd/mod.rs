@@ -1,7 +1,9 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
 pub mod environment;
+pub mod estimate;
 pub mod kit;
+pub mod price;
 pub mod protocol;
 pub mod record;
 pub mod verify;
@@ -14,6 +16,8 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Environment(args) => environment::run(args),
+        Command::Estimate(args) => estimate::run(args),
+        Command::Price(args) => price::run(args),
         Command::Kit(args) => kit::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Protocol(args) => protocol::run(args),

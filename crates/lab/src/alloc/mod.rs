@@ -5,8 +5,13 @@
 //! `cuMemAlloc`/`cuMemFree`, the CPU reference device plugs in host buffers, and the tests plug in
 //! a fake source that fails when told to.
 
+mod policy;
 mod stats;
 
+pub use policy::{
+    AllocError, Block, CachingAllocator, LARGE_SEGMENT, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, Pool,
+    ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE, SegmentId, pool_of, round_size, segment_size,
+};
 pub use stats::{Counter, PoolStats, Stats};
 
 /// Where segments come from. A segment is obtained whole and given back whole.

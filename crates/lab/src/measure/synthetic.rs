@@ -62,7 +62,10 @@ mod tests {
             assert_eq!(v, input_value(7, i));
         }
         assert_ne!(input_value(0, 0), input_value(1, 0));
-        assert_ne!(symmetric_unit(0, STREAM_W1, 5), symmetric_unit(0, STREAM_W2, 5));
+        assert_ne!(
+            symmetric_unit(0, STREAM_W1, 5),
+            symmetric_unit(0, STREAM_W2, 5)
+        );
     }
 
     #[test]

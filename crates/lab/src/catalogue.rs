@@ -1,0 +1,1102 @@
+//! The tariff catalogue: one row per GPU model and package duration, validated on load.
+//!
+//! The format is `data/tarifs-forfaits.csv` (embedded in the binary as the default):
+//! a header naming the nine [`COLUMNS`] (in any order), then rows with whole positive USD cents,
+//! durations of 3, 7 or 30 days only, and every model present with all three durations. A UTF-8
+//! byte order mark and CRLF line endings are accepted (spreadsheets write both); surrounding
+//! spaces in a field are ignored. Any fault stops the load with the file, the row and the column:
+//! rows are counted as lines of the file, the header being row 1, so a user can jump straight to
+//! it in an editor.
+//!
+//! `gpu_memory_gib` holds the memory size the vendor publishes for one GPU, as a whole number
+//! (HBM and GDDR sizes are sold in binary units even when a datasheet writes "GB"). It describes
+//! the product; what a runtime reports as usable on a given machine is a little less, and
+//! `iteragpu environment` shows that figure.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::price::PriceError;
+
+/// The columns, in the order the bundled file and `price --list --json` use.
+pub const COLUMNS: [&str; 9] = [
+    "gpu",
+    "model",
+    "gpus_per_lot",
+    "gpu_memory_gib",
+    "days",
+    "price_cents",
+    "currency",
+    "snapshot_date",
+    "source",
+];
+
+/// The package durations on offer, in days. A catalogue has one row per model for each.
+pub const DURATIONS: [u32; 3] = [3, 7, 30];
+
+/// How the bundled catalogue is named in messages and in `price --json`.
+pub const EMBEDDED_NAME: &str = "embedded";
+
+/// The bundled catalogue, `data/tarifs-forfaits.csv`.
+pub const EMBEDDED_CSV: &str = include_str!("../../../data/tarifs-forfaits.csv");
+
+/// One package: a lot of `gpus_per_lot` GPUs of one model for `days` days, at `price_cents`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Tariff {
+    /// The slug used on the command line (`b200`).
+    pub gpu: String,
+    /// The display name (`NVIDIA B200`).
+    pub model: String,
+    /// GPUs in one lot; the lot price already covers all of them.
+    pub gpus_per_lot: u32,
+    /// The vendor's published memory per GPU (see the module documentation).
+    pub gpu_memory_gib: u32,
+    /// Package duration: 3, 7 or 30.
+    pub days: u32,
+    /// Price of one lot for the whole duration, in whole cents of `currency`.
+    pub price_cents: u64,
+    /// ISO 4217 code, e.g. `USD`.
+    pub currency: String,
+    /// The day the price was read (YYYY-MM-DD).
+    pub snapshot_date: String,
+    /// Where the price comes from; the bundled rows say they are examples.
+    pub source: String,
+    /// The row of the file this came from (header = row 1).
+    #[serde(skip)]
+    pub row: u64,
+}
+
+impl Tariff {
+    /// Whether this row's price is an example rather than a quote: its `source` says "example".
+    /// Every price printed from such a row must say so.
+    pub fn is_example(&self) -> bool {
+        self.source.to_ascii_lowercase().contains("example")
+    }
+}
+
+/// A validated catalogue and the name it was loaded under (a path, or [`EMBEDDED_NAME`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Catalogue {
+    name: String,
+    rows: Vec<Tariff>,
+}
+
+/// What is wrong with a header column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderProblem {
+    /// A required column is absent.
+    #[error("is missing; expected the columns {}", COLUMNS.join(","))]
+    Missing,
+    /// A column that is not one of ours (often a typo).
+    #[error("is not a catalogue column; expected exactly the columns {}", COLUMNS.join(","))]
+    Unknown,
+    /// The same column twice.
+    #[error("appears more than once; expected each of the columns {} once", COLUMNS.join(","))]
+    Duplicate,
+}
+
+/// What is wrong with one field of a row.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FieldProblem {
+    /// The row ends before this column.
+    #[error("is missing (the row has {found} fields, the header {expected})")]
+    Missing {
+        /// Fields on the row.
+        found: usize,
+        /// Columns in the header.
+        expected: usize,
+    },
+    /// The row has more fields than the header.
+    #[error("is extra (the row has {found} fields, the header {expected})")]
+    Extra {
+        /// Fields on the row.
+        found: usize,
+        /// Columns in the header.
+        expected: usize,
+    },
+    /// Nothing in the field.
+    #[error("is empty; expected {expected}")]
+    Empty {
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// A negative number.
+    #[error("`{value}` is negative; expected {expected}")]
+    Negative {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// A number with a fractional part (or a decimal point).
+    #[error("`{value}` is not a whole number; expected {expected}")]
+    Fractional {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// Zero.
+    #[error("`{value}` is zero; expected {expected}")]
+    Zero {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// Not a number at all.
+    #[error("`{value}` is not a number; expected {expected}")]
+    NotANumber {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// A number beyond what the column can hold.
+    #[error("`{value}` is too large; expected {expected}")]
+    TooLarge {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// A duration other than 3, 7 or 30.
+    #[error("`{value}` days is not an offered duration; expected 3, 7 or 30")]
+    Duration {
+        /// The field.
+        value: String,
+    },
+    /// A slug with characters other than lowercase letters, digits and `-`.
+    #[error(
+        "`{value}` is not a GPU slug; expected lowercase letters, digits and `-`, such as h100-sxm"
+    )]
+    Slug {
+        /// The field.
+        value: String,
+    },
+    /// Not three capital letters.
+    #[error("`{value}` is not a currency code; expected three capital letters such as USD")]
+    Currency {
+        /// The field.
+        value: String,
+    },
+    /// Not a calendar date written YYYY-MM-DD.
+    #[error("`{value}` is not a date; expected a calendar date written YYYY-MM-DD")]
+    Date {
+        /// The field.
+        value: String,
+    },
+    /// The same GPU and duration twice.
+    #[error(
+        "duplicates row {first_row}: `{gpu}` for {days} days is already priced there; expected one row per GPU and duration"
+    )]
+    Duplicate {
+        /// GPU slug.
+        gpu: String,
+        /// Duration.
+        days: u32,
+        /// The earlier row.
+        first_row: u64,
+    },
+    /// A per-model column that differs between the rows of one model.
+    #[error(
+        "`{value}` differs from `{first_value}` on row {first_row} for GPU `{gpu}`; expected the same value on every row of a GPU"
+    )]
+    Inconsistent {
+        /// The field.
+        value: String,
+        /// GPU slug.
+        gpu: String,
+        /// The value on the model's first row.
+        first_value: String,
+        /// That row.
+        first_row: u64,
+    },
+}
+
+/// A catalogue that cannot be used. Every variant names the file; row and column where there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogueError {
+    /// The file could not be read.
+    #[error("cannot read the catalogue {file}: {reason}")]
+    Read {
+        /// Path or name.
+        file: String,
+        /// The OS error (in the message itself, so one line says everything).
+        reason: std::io::Error,
+    },
+    /// Nothing (or only blanks and a byte order mark) in the file.
+    #[error("the catalogue {file} is empty; expected the header line `{}` followed by one row per GPU model and duration", COLUMNS.join(","))]
+    Empty {
+        /// Path or name.
+        file: String,
+    },
+    /// A header and nothing else.
+    #[error(
+        "the catalogue {file} has a header but no rows; expected one row per GPU model and duration (3, 7 and 30 days)"
+    )]
+    NoRows {
+        /// Path or name.
+        file: String,
+    },
+    /// Not readable as CSV text (invalid UTF-8, for instance).
+    #[error("the catalogue {file}, row {row}: {message}")]
+    Syntax {
+        /// Path or name.
+        file: String,
+        /// Row (line) where the reader stopped.
+        row: u64,
+        /// What the CSV reader said.
+        message: String,
+    },
+    /// A fault in the header.
+    #[error("the catalogue {file}, row 1 (header), column `{column}`: {problem}")]
+    Header {
+        /// Path or name.
+        file: String,
+        /// The column.
+        column: String,
+        /// What is wrong.
+        problem: HeaderProblem,
+    },
+    /// A fault in one field.
+    #[error("the catalogue {file}, row {row}, column `{column}`: {problem}")]
+    Field {
+        /// Path or name.
+        file: String,
+        /// Row (line of the file, header = 1).
+        row: u64,
+        /// Column name (or `#N`, counting from 1, past the header).
+        column: String,
+        /// What is wrong (boxed to keep the error small).
+        problem: Box<FieldProblem>,
+    },
+    /// A model without one of the durations.
+    #[error("the catalogue {file}, rows {}, column `days`: GPU `{gpu}` has no {missing}-day row; expected rows for 3, 7 and 30 days for every GPU", join_rows(.rows))]
+    Incomplete {
+        /// Path or name.
+        file: String,
+        /// GPU slug.
+        gpu: String,
+        /// The rows the model has.
+        rows: Vec<u64>,
+        /// The first duration it lacks.
+        missing: u32,
+    },
+}
+
+fn join_rows(rows: &[u64]) -> String {
+    rows.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Catalogue {
+    /// The bundled catalogue. It is validated by this crate's tests, so loading it cannot fail.
+    pub fn embedded() -> Catalogue {
+        match Catalogue::from_reader(EMBEDDED_NAME, EMBEDDED_CSV.as_bytes()) {
+            Ok(catalogue) => catalogue,
+            // Unreachable in a tested build: `embedded_catalogue_is_complete` loads this file.
+            Err(err) => panic!("the embedded catalogue is invalid: {err}"),
+        }
+    }
+
+    /// Loads and validates a catalogue file; messages name it by the path as given.
+    pub fn from_path(path: &Path) -> Result<Catalogue, CatalogueError> {
+        let file = path.display().to_string();
+        let reader = std::fs::File::open(path).map_err(|reason| CatalogueError::Read {
+            file: file.clone(),
+            reason,
+        })?;
+        Catalogue::from_reader(&file, reader)
+    }
+
+    /// Loads and validates a catalogue from any reader; `name` is used in messages and as
+    /// [`Catalogue::name`].
+    pub fn from_reader(name: &str, mut reader: impl Read) -> Result<Catalogue, CatalogueError> {
+        let file = name.to_string();
+        let mut bytes = Vec::new();
+        reader
+            .read_to_end(&mut bytes)
+            .map_err(|reason| CatalogueError::Read {
+                file: file.clone(),
+                reason,
+            })?;
+        let content = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        if content.iter().all(u8::is_ascii_whitespace) {
+            return Err(CatalogueError::Empty { file });
+        }
+        let rows = Parser::new(file.clone()).parse(content)?;
+        Ok(Catalogue { name: file, rows })
+    }
+
+    /// The name given at load: a path, or [`EMBEDDED_NAME`].
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether this is the bundled catalogue.
+    pub fn is_embedded(&self) -> bool {
+        self.name == EMBEDDED_NAME
+    }
+
+    /// Every row, in file order.
+    pub fn rows(&self) -> &[Tariff] {
+        &self.rows
+    }
+
+    /// The GPU slugs, each once, in file order.
+    pub fn gpus(&self) -> Vec<&str> {
+        let mut seen: Vec<&str> = Vec::new();
+        for row in &self.rows {
+            if !seen.contains(&row.gpu.as_str()) {
+                seen.push(&row.gpu);
+            }
+        }
+        seen
+    }
+
+    /// The package for a GPU slug (case-insensitive) and duration. An unknown GPU is refused with
+    /// the valid slugs and the nearest one; a duration other than 3, 7 or 30 is refused.
+    pub fn find(&self, gpu: &str, days: u32) -> Result<&Tariff, PriceError> {
+        if !DURATIONS.contains(&days) {
+            return Err(PriceError::Days(days.to_string()));
+        }
+        let wanted = gpu.trim().to_ascii_lowercase();
+        if let Some(row) = self.rows.iter().find(|t| t.gpu == wanted && t.days == days) {
+            return Ok(row);
+        }
+        let valid = self.gpus();
+        Err(PriceError::UnknownGpu {
+            gpu: gpu.to_string(),
+            nearest: nearest(&wanted, &valid).map(str::to_string),
+            valid: valid.iter().map(|s| s.to_string()).collect(),
+        })
+    }
+}
+
+/// The slug nearest to `wanted`: one that starts with it (`h100` -> `h100-sxm`) if any, else the
+/// smallest edit distance; ties go to the first in catalogue order.
+pub fn nearest<'a>(wanted: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    if !wanted.is_empty()
+        && let Some(prefixed) = candidates.iter().find(|c| c.starts_with(wanted))
+    {
+        return Some(prefixed);
+    }
+    candidates
+        .iter()
+        .min_by_key(|c| strsim::levenshtein(wanted, c))
+        .copied()
+}
+
+/// Reads rows and checks each fault in the order a reader would meet it.
+struct Parser {
+    file: String,
+}
+
+/// What a numeric column holds, for messages.
+const GPUS_EXPECTED: &str = "a positive whole number of GPUs per lot";
+const MEMORY_EXPECTED: &str = "a positive whole number of GiB per GPU";
+const PRICE_EXPECTED: &str = "a positive whole number of cents";
+
+impl Parser {
+    fn new(file: String) -> Parser {
+        Parser { file }
+    }
+
+    fn field_error(&self, row: u64, column: &str, problem: FieldProblem) -> CatalogueError {
+        CatalogueError::Field {
+            file: self.file.clone(),
+            row,
+            column: column.to_string(),
+            problem: Box::new(problem),
+        }
+    }
+
+    fn syntax_error(&self, content: &[u8], err: &csv::Error) -> CatalogueError {
+        let row = line_of(content, err.position());
+        let message = match err.kind() {
+            csv::ErrorKind::Utf8 { .. } => {
+                "is not valid UTF-8 text; expected a UTF-8 CSV file".to_string()
+            }
+            _ => err.to_string(),
+        };
+        CatalogueError::Syntax {
+            file: self.file.clone(),
+            row,
+            message,
+        }
+    }
+
+    fn parse(&self, content: &[u8]) -> Result<Vec<Tariff>, CatalogueError> {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(content);
+        let mut records = reader.records();
+        let header = match records.next() {
+            Some(Ok(h)) => h,
+            Some(Err(err)) => return Err(self.syntax_error(content, &err)),
+            None => {
+                return Err(CatalogueError::Empty {
+                    file: self.file.clone(),
+                });
+            }
+        };
+        let index = self.header_index(&header)?;
+        let width = header.len();
+
+        let mut rows: Vec<Tariff> = Vec::new();
+        let mut seen: HashMap<(String, u32), u64> = HashMap::new();
+        let mut first_of_gpu: HashMap<String, usize> = HashMap::new();
+        for record in records {
+            let record = record.map_err(|err| self.syntax_error(content, &err))?;
+            let row = line_of(content, record.position());
+            if record.len() > width {
+                return Err(self.field_error(
+                    row,
+                    &format!("#{}", width + 1),
+                    FieldProblem::Extra {
+                        found: record.len(),
+                        expected: width,
+                    },
+                ));
+            }
+            let get = |column: &'static str| -> Result<&str, CatalogueError> {
+                let at = index[column];
+                record.get(at).ok_or_else(|| {
+                    self.field_error(
+                        row,
+                        column,
+                        FieldProblem::Missing {
+                            found: record.len(),
+                            expected: width,
+                        },
+                    )
+                })
+            };
+            let tariff = Tariff {
+                gpu: self.slug(row, get("gpu")?)?,
+                model: self.text(row, "model", get("model")?, "the model's display name")?,
+                gpus_per_lot: self.positive_u32(
+                    row,
+                    "gpus_per_lot",
+                    get("gpus_per_lot")?,
+                    GPUS_EXPECTED,
+                )?,
+                gpu_memory_gib: self.positive_u32(
+                    row,
+                    "gpu_memory_gib",
+                    get("gpu_memory_gib")?,
+                    MEMORY_EXPECTED,
+                )?,
+                days: self.days(row, get("days")?)?,
+                price_cents: self.positive(
+                    row,
+                    "price_cents",
+                    get("price_cents")?,
+                    PRICE_EXPECTED,
+                )?,
+                currency: self.currency(row, get("currency")?)?,
+                snapshot_date: self.date(row, get("snapshot_date")?)?,
+                source: self.text(row, "source", get("source")?, "where the price comes from")?,
+                row,
+            };
+            let key = (tariff.gpu.clone(), tariff.days);
+            if let Some(first_row) = seen.get(&key) {
+                return Err(self.field_error(
+                    row,
+                    "days",
+                    FieldProblem::Duplicate {
+                        gpu: tariff.gpu,
+                        days: tariff.days,
+                        first_row: *first_row,
+                    },
+                ));
+            }
+            seen.insert(key, row);
+            match first_of_gpu.get(&tariff.gpu) {
+                Some(&at) => self.consistent(&rows[at], &tariff)?,
+                None => {
+                    first_of_gpu.insert(tariff.gpu.clone(), rows.len());
+                }
+            }
+            rows.push(tariff);
+        }
+        if rows.is_empty() {
+            return Err(CatalogueError::NoRows {
+                file: self.file.clone(),
+            });
+        }
+        self.complete(&rows)?;
+        Ok(rows)
+    }
+
+    fn header_index(
+        &self,
+        header: &csv::StringRecord,
+    ) -> Result<HashMap<&'static str, usize>, CatalogueError> {
+        let fault = |column: &str, problem| CatalogueError::Header {
+            file: self.file.clone(),
+            column: column.to_string(),
+            problem,
+        };
+        let mut index = HashMap::new();
+        for (at, name) in header.iter().enumerate() {
+            let Some(known) = COLUMNS.iter().find(|c| **c == name) else {
+                return Err(fault(name, HeaderProblem::Unknown));
+            };
+            if index.insert(*known, at).is_some() {
+                return Err(fault(name, HeaderProblem::Duplicate));
+            }
+        }
+        if let Some(missing) = COLUMNS.iter().find(|c| !index.contains_key(*c)) {
+            return Err(fault(missing, HeaderProblem::Missing));
+        }
+        Ok(index)
+    }
+
+    fn text(
+        &self,
+        row: u64,
+        column: &str,
+        value: &str,
+        expected: &'static str,
+    ) -> Result<String, CatalogueError> {
+        if value.is_empty() {
+            return Err(self.field_error(row, column, FieldProblem::Empty { expected }));
+        }
+        Ok(value.to_string())
+    }
+
+    fn slug(&self, row: u64, value: &str) -> Result<String, CatalogueError> {
+        let value = self.text(row, "gpu", value, "a GPU slug such as h100-sxm")?;
+        let ok = value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !value.starts_with('-');
+        if !ok {
+            return Err(self.field_error(row, "gpu", FieldProblem::Slug { value }));
+        }
+        Ok(value)
+    }
+
+    fn positive(
+        &self,
+        row: u64,
+        column: &str,
+        value: &str,
+        expected: &'static str,
+    ) -> Result<u64, CatalogueError> {
+        let problem = |make: fn(String, &'static str) -> FieldProblem| {
+            self.field_error(row, column, make(value.to_string(), expected))
+        };
+        if value.is_empty() {
+            return Err(self.field_error(row, column, FieldProblem::Empty { expected }));
+        }
+        let digits = value.strip_prefix('+').unwrap_or(value);
+        if digits.bytes().all(|b| b.is_ascii_digit()) && !digits.is_empty() {
+            return match digits.parse::<u64>() {
+                Ok(0) => Err(problem(|value, expected| FieldProblem::Zero {
+                    value,
+                    expected,
+                })),
+                Ok(v) => Ok(v),
+                Err(_) => Err(problem(|value, expected| FieldProblem::TooLarge {
+                    value,
+                    expected,
+                })),
+            };
+        }
+        let numeric = |s: &str| {
+            s.bytes().any(|b| b.is_ascii_digit())
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
+        };
+        Err(if value.starts_with('-') && numeric(&value[1..]) {
+            problem(|value, expected| FieldProblem::Negative { value, expected })
+        } else if numeric(value) {
+            problem(|value, expected| FieldProblem::Fractional { value, expected })
+        } else {
+            problem(|value, expected| FieldProblem::NotANumber { value, expected })
+        })
+    }
+
+    fn positive_u32(
+        &self,
+        row: u64,
+        column: &str,
+        value: &str,
+        expected: &'static str,
+    ) -> Result<u32, CatalogueError> {
+        let wide = self.positive(row, column, value, expected)?;
+        u32::try_from(wide).map_err(|_| {
+            self.field_error(
+                row,
+                column,
+                FieldProblem::TooLarge {
+                    value: value.to_string(),
+                    expected,
+                },
+            )
+        })
+    }
+
+    fn days(&self, row: u64, value: &str) -> Result<u32, CatalogueError> {
+        let days = self.positive_u32(row, "days", value, "3, 7 or 30")?;
+        if !DURATIONS.contains(&days) {
+            return Err(self.field_error(
+                row,
+                "days",
+                FieldProblem::Duration {
+                    value: value.to_string(),
+                },
+            ));
+        }
+        Ok(days)
+    }
+
+    fn currency(&self, row: u64, value: &str) -> Result<String, CatalogueError> {
+        let value = self.text(row, "currency", value, "a currency code such as USD")?;
+        if value.len() != 3 || !value.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(self.field_error(row, "currency", FieldProblem::Currency { value }));
+        }
+        Ok(value)
+    }
+
+    fn date(&self, row: u64, value: &str) -> Result<String, CatalogueError> {
+        let value = self.text(row, "snapshot_date", value, "a date written YYYY-MM-DD")?;
+        if !is_calendar_date(&value) {
+            return Err(self.field_error(row, "snapshot_date", FieldProblem::Date { value }));
+        }
+        Ok(value)
+    }
+
+    /// The per-model columns must agree with the model's first row.
+    fn consistent(&self, first: &Tariff, this: &Tariff) -> Result<(), CatalogueError> {
+        let pairs: [(&str, String, String); 4] = [
+            ("model", first.model.clone(), this.model.clone()),
+            (
+                "gpus_per_lot",
+                first.gpus_per_lot.to_string(),
+                this.gpus_per_lot.to_string(),
+            ),
+            (
+                "gpu_memory_gib",
+                first.gpu_memory_gib.to_string(),
+                this.gpu_memory_gib.to_string(),
+            ),
+            ("currency", first.currency.clone(), this.currency.clone()),
+        ];
+        for (column, first_value, value) in pairs {
+            if first_value != value {
+                return Err(self.field_error(
+                    this.row,
+                    column,
+                    FieldProblem::Inconsistent {
+                        value,
+                        gpu: this.gpu.clone(),
+                        first_value,
+                        first_row: first.row,
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every GPU must have every duration.
+    fn complete(&self, rows: &[Tariff]) -> Result<(), CatalogueError> {
+        let mut gpus: Vec<&str> = Vec::new();
+        for row in rows {
+            if !gpus.contains(&row.gpu.as_str()) {
+                gpus.push(&row.gpu);
+            }
+        }
+        for gpu in gpus {
+            let of_gpu: Vec<&Tariff> = rows.iter().filter(|t| t.gpu == gpu).collect();
+            if let Some(missing) = DURATIONS
+                .iter()
+                .find(|d| !of_gpu.iter().any(|t| t.days == **d))
+            {
+                return Err(CatalogueError::Incomplete {
+                    file: self.file.clone(),
+                    gpu: gpu.to_string(),
+                    rows: of_gpu.iter().map(|t| t.row).collect(),
+                    missing: *missing,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The line (from 1) where a record starts. The CSV reader's own position drifts on CRLF files
+/// (a record seems to start at the LF of the line before), and a row number must match what an
+/// editor shows: so skip line ends at the reported offset, then count the LFs before it.
+fn line_of(content: &[u8], position: Option<&csv::Position>) -> u64 {
+    let Some(position) = position else {
+        return 0;
+    };
+    let mut end = usize::try_from(position.byte()).map_or(content.len(), |b| b.min(content.len()));
+    while end < content.len() && matches!(content[end], b'\r' | b'\n') {
+        end += 1;
+    }
+    content[..end].iter().filter(|b| **b == b'\n').count() as u64 + 1
+}
+
+/// `YYYY-MM-DD` naming a real day of the Gregorian calendar.
+fn is_calendar_date(s: &str) -> bool {
+    let b = s.as_bytes();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return false;
+    }
+    let number = |r: std::ops::Range<usize>| -> Option<u32> {
+        let part = &s[r];
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())
+            .flatten()
+    };
+    let (Some(year), Some(month), Some(day)) = (number(0..4), number(5..7), number(8..10)) else {
+        return false;
+    };
+    let leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+    let days_in_month = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days_in_month).contains(&day)
+}
+
+impl fmt::Display for Tariff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({}), {} days", self.model, self.gpu, self.days)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Catalogue, CatalogueError> {
+        Catalogue::from_reader("test.csv", text.as_bytes())
+    }
+
+    const HEADER: &str =
+        "gpu,model,gpus_per_lot,gpu_memory_gib,days,price_cents,currency,snapshot_date,source";
+
+    /// A valid two-model catalogue; row 2 is b200 3 days.
+    fn small() -> String {
+        let mut s = format!("{HEADER}\n");
+        for (gpu, model, lot, mem, base) in [
+            ("b200", "NVIDIA B200", 2, 180, 100_000u64),
+            ("l4", "NVIDIA L4", 1, 24, 5_000),
+        ] {
+            for (i, d) in DURATIONS.iter().enumerate() {
+                s.push_str(&format!(
+                    "{gpu},{model},{lot},{mem},{d},{},USD,2026-11-29,example price\n",
+                    base * (i as u64 + 1)
+                ));
+            }
+        }
+        s
+    }
+
+    fn message(text: &str) -> String {
+        load(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn embedded_catalogue_is_complete() {
+        let c = Catalogue::embedded();
+        assert_eq!(c.rows().len(), 45);
+        assert_eq!(c.gpus().len(), 15);
+        assert!(c.is_embedded());
+        for gpu in c.gpus() {
+            for d in DURATIONS {
+                let t = c.find(gpu, d).unwrap();
+                assert!(t.is_example(), "{t}");
+                assert_eq!(t.currency, "USD");
+            }
+        }
+        assert_eq!(c.find("b200", 7).unwrap().gpus_per_lot, 2);
+        // Every expected model of the issue is there.
+        for gpu in [
+            "b200",
+            "h200",
+            "h100-sxm",
+            "h100-pcie",
+            "a100-80gb",
+            "l40s",
+            "rtx-pro-6000",
+            "rtx-5090",
+            "rtx-4090",
+            "mi300x",
+        ] {
+            assert!(c.gpus().contains(&gpu), "{gpu}");
+        }
+        // Longer packages never cost more per day than shorter ones in the bundled examples.
+        for gpu in c.gpus() {
+            let per_day = |d: u32| c.find(gpu, d).unwrap().price_cents as f64 / d as f64;
+            assert!(
+                per_day(3) >= per_day(7) && per_day(7) >= per_day(30),
+                "{gpu}"
+            );
+        }
+    }
+
+    #[test]
+    fn embedded_header_is_exactly_the_columns() {
+        let first = EMBEDDED_CSV.lines().next().unwrap();
+        assert_eq!(first, COLUMNS.join(","));
+    }
+
+    #[test]
+    fn small_catalogue_loads() {
+        let c = load(&small()).unwrap();
+        assert_eq!(c.rows().len(), 6);
+        assert_eq!(c.rows()[0].row, 2);
+        assert_eq!(c.name(), "test.csv");
+        assert!(!c.is_embedded());
+        assert_eq!(c.find("B200", 30).unwrap().price_cents, 300_000);
+    }
+
+    #[test]
+    fn bom_and_crlf_are_accepted() {
+        let bom = format!("\u{feff}{}", small());
+        assert_eq!(load(&bom).unwrap(), load(&small()).unwrap());
+        let crlf = small().replace('\n', "\r\n");
+        assert_eq!(load(&crlf).unwrap().rows(), load(&small()).unwrap().rows());
+        let both = format!("\u{feff}{crlf}");
+        assert_eq!(load(&both).unwrap().rows().len(), 6);
+    }
+
+    #[test]
+    fn empty_files_are_refused() {
+        for text in ["", "\n\n", "\u{feff}", "  \r\n"] {
+            assert!(
+                matches!(load(text), Err(CatalogueError::Empty { .. })),
+                "{text:?}"
+            );
+            assert!(message(text).contains("test.csv is empty"));
+        }
+        assert!(matches!(
+            load(&format!("{HEADER}\n")),
+            Err(CatalogueError::NoRows { .. })
+        ));
+    }
+
+    #[test]
+    fn missing_duration_is_refused() {
+        let text: String = small()
+            .lines()
+            .filter(|l| !l.starts_with("l4,NVIDIA L4,1,24,30,"))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let err = message(&text);
+        assert_eq!(
+            err,
+            "the catalogue test.csv, rows 5, 6, column `days`: GPU `l4` has no 30-day row; expected rows for 3, 7 and 30 days for every GPU"
+        );
+    }
+
+    #[test]
+    fn duplicate_row_is_refused() {
+        let mut text = small();
+        text.push_str("b200,NVIDIA B200,2,180,7,1,USD,2026-11-29,example price\n");
+        assert_eq!(
+            message(&text),
+            "the catalogue test.csv, row 8, column `days`: duplicates row 3: `b200` for 7 days is already priced there; expected one row per GPU and duration"
+        );
+    }
+
+    fn with_row2_price(price: &str) -> String {
+        small().replacen(",100000,", &format!(",{price},"), 1)
+    }
+
+    #[test]
+    fn bad_prices_are_refused_with_row_and_column() {
+        for (price, says) in [
+            ("-100", "`-100` is negative"),
+            ("1000.5", "`1000.5` is not a whole number"),
+            ("1000.00", "`1000.00` is not a whole number"),
+            ("0", "`0` is zero"),
+            ("abc", "`abc` is not a number"),
+            ("", "is empty"),
+            ("99999999999999999999", "is too large"),
+        ] {
+            let err = message(&with_row2_price(price));
+            assert!(
+                err.starts_with("the catalogue test.csv, row 2, column `price_cents`: "),
+                "{err}"
+            );
+            assert!(err.contains(says), "{err}");
+            assert!(err.contains("whole number of cents"), "{err}");
+        }
+    }
+
+    #[test]
+    fn bad_fields_are_refused() {
+        let cases = [
+            (
+                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,NVIDIA B200,2,180,5,", 1),
+                "row 2, column `days`: `5` days is not an offered duration; expected 3, 7 or 30",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,3,", "B 200,NVIDIA B200,2,180,3,", 1),
+                "row 2, column `gpu`: `B 200` is not a GPU slug",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,,2,180,3,", 1),
+                "row 2, column `model`: is empty",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,NVIDIA B200,0,180,3,", 1),
+                "row 2, column `gpus_per_lot`: `0` is zero",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,NVIDIA B200,2,18.5,3,", 1),
+                "row 2, column `gpu_memory_gib`: `18.5` is not a whole number",
+            ),
+            (
+                small().replacen("USD,2026-11-29", "usd,2026-11-29", 1),
+                "row 2, column `currency`: `usd` is not a currency code",
+            ),
+            (
+                small().replacen("2026-11-29", "2026-02-30", 1),
+                "row 2, column `snapshot_date`: `2026-02-30` is not a date",
+            ),
+            (
+                small().replacen("2026-11-29,example price", "2026-11-29,", 1),
+                "row 2, column `source`: is empty",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,7,", "b200,NVIDIA B300,2,180,7,", 1),
+                "row 3, column `model`: `NVIDIA B300` differs from `NVIDIA B200` on row 2 for GPU `b200`",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,7,", "b200,NVIDIA B200,1,180,7,", 1),
+                "row 3, column `gpus_per_lot`: `1` differs from `2` on row 2",
+            ),
+            (
+                small().replacen("b200,NVIDIA B200,2,180,7,", "b200,NVIDIA B200,2,192,7,", 1),
+                "row 3, column `gpu_memory_gib`: `192` differs from `180` on row 2",
+            ),
+            (
+                small().replacen("200000,USD", "200000,EUR", 1),
+                "row 3, column `currency`: `EUR` differs from `USD` on row 2",
+            ),
+            (
+                small().replacen(",example price\n", "\n", 1),
+                "row 2, column `source`: is missing (the row has 8 fields, the header 9)",
+            ),
+            (
+                small().replacen(",example price\n", ",example price,x\n", 1),
+                "row 2, column `#10`: is extra (the row has 10 fields, the header 9)",
+            ),
+        ];
+        for (text, says) in cases {
+            let err = message(&text);
+            assert!(err.starts_with("the catalogue test.csv, "), "{err}");
+            assert!(err.contains(says), "wanted {says:?} in {err}");
+        }
+    }
+
+    #[test]
+    fn header_faults_are_refused() {
+        let missing = small().replacen(",days,", ",", 1);
+        assert_eq!(
+            message(&missing),
+            format!(
+                "the catalogue test.csv, row 1 (header), column `days`: is missing; expected the columns {HEADER}"
+            )
+        );
+        let unknown = small().replacen("price_cents", "price", 1);
+        assert!(message(&unknown).contains("column `price`: is not a catalogue column"));
+        let twice = small().replacen("source", "gpu", 1);
+        assert!(message(&twice).contains("column `gpu`: appears more than once"));
+        // Columns in another order are fine.
+        let mut reordered = String::new();
+        for line in small().lines() {
+            let mut f: Vec<&str> = line.split(',').collect();
+            f.swap(0, 8);
+            reordered.push_str(&f.join(","));
+            reordered.push('\n');
+        }
+        assert_eq!(
+            load(&reordered).unwrap().rows(),
+            load(&small()).unwrap().rows()
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_refused() {
+        let mut bytes = small().into_bytes();
+        let at = bytes.len() - 3;
+        bytes[at] = 0xFF;
+        let err = Catalogue::from_reader("test.csv", &bytes[..])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("the catalogue test.csv, row 7: is not valid UTF-8"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn quoted_fields_with_commas_are_read() {
+        let text = small().replacen("example price\n", "\"example price, not a quote\"\n", 1);
+        assert_eq!(
+            load(&text).unwrap().rows()[0].source,
+            "example price, not a quote"
+        );
+    }
+
+    #[test]
+    fn unknown_gpu_suggests_the_nearest() {
+        let c = Catalogue::embedded();
+        match c.find("h100", 7) {
+            Err(PriceError::UnknownGpu { nearest, valid, .. }) => {
+                assert_eq!(nearest.as_deref(), Some("h100-sxm"));
+                assert_eq!(valid.len(), 15);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = c.find("b20", 7).unwrap_err().to_string();
+        assert!(
+            err.contains("`b20`") && err.contains("did you mean `b200`") && err.contains("l40s"),
+            "{err}"
+        );
+        let err = c.find("rtx4090", 7).unwrap_err().to_string();
+        assert!(err.contains("did you mean `rtx-4090`"), "{err}");
+        assert!(matches!(c.find("b200", 5), Err(PriceError::Days(_))));
+    }
+
+    #[test]
+    fn calendar_dates() {
+        for ok in ["2026-11-29", "2024-02-29", "2000-02-29", "2026-12-31"] {
+            assert!(is_calendar_date(ok), "{ok}");
+        }
+        for bad in [
+            "2026-13-01",
+            "2026-00-10",
+            "1900-02-29",
+            "2026-1-01",
+            "2026/11/29",
+            "20261129",
+            "2026-11-3x",
+        ] {
+            assert!(!is_calendar_date(bad), "{bad}");
+        }
+    }
+}
