@@ -30,6 +30,8 @@ pub enum Command {
     Protocol(crate::cmd::protocol::Args),
     /// Append one run to the results grid, against a locked protocol and a complete measurement.
     Record(crate::cmd::record::Args),
+    /// Price one accepted useful unit per package, from the results grid and the catalogue.
+    Cost(crate::cmd::cost::Args),
 }
 
 #[cfg(test)]

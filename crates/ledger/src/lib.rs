@@ -8,9 +8,12 @@
 //!   appended under an exclusive file lock so concurrent writers lose nothing.
 //! - [`mod@record`]: builds a row from a locked protocol, a complete measurement document and the
 //!   counts a reviewer reported.
+//! - [`cost`]: the price of one accepted useful unit per package, from the grid and the tariff
+//!   catalogue, with the original's rules (whole package price, distinct units, exact decimals).
 //! - [`device`]: reads the device's model, UUID and driver out of a measurement's environment.
 #![forbid(unsafe_code)]
 
+pub mod cost;
 pub mod device;
 pub mod error;
 pub mod grid;

@@ -1,5 +1,6 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
+pub mod cost;
 pub mod environment;
 pub mod estimate;
 pub mod kit;
@@ -22,5 +23,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Verify(args) => verify::run(args),
         Command::Protocol(args) => protocol::run(args),
         Command::Record(args) => record::run(args),
+        Command::Cost(args) => cost::run(args),
     }
 }

@@ -15,7 +15,7 @@ Examples:
   iteragpu record --results data/resultats-bruts.csv --protocol protocol.txt \\
       --measurement m.json --package b200:7:2 --submitted 500 --accepted 473
   iteragpu record --results data/resultats-bruts.csv --protocol protocol.txt \\
-      --measurement m2.json --package h100:3:1 --submitted 500 --accepted 488 --notes \"second run\"
+      --measurement m2.json --package h100-sxm:3:1 --submitted 500 --accepted 488 --notes \"second run\"
 
 The protocol must be locked and unchanged; the measurement must be complete and not yet in the
 grid. Appends hold an exclusive lock on the grid, so concurrent `record`s lose nothing.")]

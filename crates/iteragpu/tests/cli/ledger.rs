@@ -204,7 +204,7 @@ fn init_lock_and_record_two_runs() {
         &m2,
         &[
             "--package",
-            "h100:3:1",
+            "h100-sxm:3:1",
             "--submitted",
             "200",
             "--accepted",
@@ -240,6 +240,7 @@ fn init_lock_and_record_two_runs() {
     assert_eq!(&r[2], protocol_sha);
     assert_eq!(&r[3], "tickets-v3");
     assert_eq!((&r[4], &r[5], &r[6]), ("b200", "7", "2"));
+    assert_eq!(&rows[1][4], "h100-sxm");
     assert_eq!((&r[8], &r[9]), ("cpu-reference", "none"));
     assert_eq!(&r[10], sha1);
     assert_eq!(
@@ -248,6 +249,125 @@ fn init_lock_and_record_two_runs() {
     );
     assert_eq!(&rows[1][15], "second run, queue drift");
     assert_eq!(&rows[1][14], "false");
+
+    // cost: the whole package price over the distinct accepted units.
+    let b200 = unit_price(2 * lot_price("b200", 7), 473);
+    let h100 = unit_price(lot_price("h100-sxm", 3), 150);
+    iteragpu()
+        .arg("cost")
+        .arg("--results")
+        .arg(&grid)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("b200:7:2 (NVIDIA B200)"))
+        .stdout(predicate::str::contains(format!(
+            "({b200} cents = package price / 473"
+        )))
+        .stdout(predicate::str::contains(format!(
+            "({h100} cents = package price / 150"
+        )));
+    let out = iteragpu()
+        .arg("cost")
+        .arg("--results")
+        .arg(&grid)
+        .arg("--json")
+        .assert()
+        .success();
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(doc["packages"][0]["gpu"], "b200");
+    assert_eq!(doc["packages"][0]["accepted_units"], 473);
+    assert_eq!(
+        doc["packages"][0]["total_price_cents"],
+        2 * lot_price("b200", 7)
+    );
+    assert_eq!(doc["packages"][0]["unit_price_cents"], b200.as_str());
+    assert_eq!(doc["packages"][1]["unit_price_cents"], h100.as_str());
+}
+
+/// The bundled catalogue's lot price, read from the CSV file itself.
+fn lot_price(gpu: &str, days: u32) -> u64 {
+    let text = include_str!(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../data/tarifs-forfaits.csv"
+    ));
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (g, d, p) = (col("gpu"), col("days"), col("price_cents"));
+    reader
+        .records()
+        .map(Result::unwrap)
+        .find(|r| &r[g] == gpu && r[d] == days.to_string())
+        .map(|r| r[p].parse().unwrap())
+        .unwrap()
+}
+
+/// `total / n` cents, rounded half to even to 4 places (the tool always writes 4 places).
+fn unit_price(total: u64, n: u64) -> String {
+    let scaled = u128::from(total) * 10_000;
+    let (n, mut q) = (u128::from(n), scaled / u128::from(n));
+    let r = scaled % n;
+    if 2 * r > n || (2 * r == n && q % 2 == 1) {
+        q += 1;
+    }
+    format!("{}.{:04}", q / 10_000, q % 10_000)
+}
+
+#[test]
+fn cost_counts_a_corpus_once_and_prices_nothing_as_null() {
+    let dir = tempfile::tempdir().unwrap();
+    let protocol = locked_protocol(dir.path());
+    let grid = grid(dir.path());
+    for (n, package, accepted) in [
+        (1, "b200:7:1", "400"),
+        (2, "b200:7:1", "450"),
+        (3, "l40s:3:1", "0"),
+    ] {
+        let m = write_measurement(dir.path(), n, true);
+        record(
+            &grid,
+            &protocol,
+            &m,
+            &[
+                "--package",
+                package,
+                "--submitted",
+                "500",
+                "--accepted",
+                accepted,
+            ],
+        )
+        .assert()
+        .success();
+    }
+    let out = iteragpu()
+        .arg("cost")
+        .arg("--results")
+        .arg(&grid)
+        .arg("--json")
+        .assert()
+        .success();
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    let b200 = &doc["packages"][0];
+    assert_eq!(b200["runs"], 2);
+    assert_eq!(
+        b200["accepted_units"], 450,
+        "a repeat of the same corpus added units"
+    );
+    assert_eq!(
+        b200["unit_price_cents"],
+        unit_price(lot_price("b200", 7), 450).as_str()
+    );
+    let l40s = &doc["packages"][1];
+    assert_eq!(l40s["accepted_units"], 0);
+    assert!(l40s["unit_price_cents"].is_null());
+    iteragpu()
+        .arg("cost")
+        .arg("--results")
+        .arg(&grid)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("none (no accepted units"));
 }
 
 fn sha256(bytes: &[u8]) -> String {
