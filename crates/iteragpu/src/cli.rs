@@ -25,6 +25,16 @@ pub enum Command {
     /// Measure the synthetic Linear -> GELU -> Linear model phase by phase (time and memory)
     /// and write one JSON document that must not exist yet.
     Measure(crate::cmd::measure::Args),
+    /// Write the kit: a deterministic zip with the documents, data, MANIFEST.json and SHA256SUMS.
+    Kit(crate::cmd::kit::Args),
+    /// Check a kit (zip or extracted folder) against its MANIFEST.json: complete, then valid.
+    Verify(crate::cmd::verify::Args),
+    /// Write (`init`) and lock (`lock`) the quality protocol, before the test.
+    Protocol(crate::cmd::protocol::Args),
+    /// Append one run to the results grid, against a locked protocol and a complete measurement.
+    Record(crate::cmd::record::Args),
+    /// Price one accepted useful unit per package, from the results grid and the catalogue.
+    Cost(crate::cmd::cost::Args),
 }
 
 #[cfg(test)]

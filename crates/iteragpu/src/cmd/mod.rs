@@ -1,9 +1,14 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
+pub mod cost;
 pub mod environment;
 pub mod estimate;
+pub mod kit;
 pub mod measure;
 pub mod price;
+pub mod protocol;
+pub mod record;
+pub mod verify;
 
 use std::process::ExitCode;
 
@@ -16,5 +21,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Estimate(args) => estimate::run(args),
         Command::Price(args) => price::run(args),
         Command::Measure(args) => measure::run(args),
+        Command::Kit(args) => kit::run(args),
+        Command::Verify(args) => verify::run(args),
+        Command::Protocol(args) => protocol::run(args),
+        Command::Record(args) => record::run(args),
+        Command::Cost(args) => cost::run(args),
     }
 }

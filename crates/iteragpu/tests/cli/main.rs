@@ -2,7 +2,10 @@
 
 mod environment;
 mod estimate;
+mod kit;
+mod ledger;
 mod price;
 
 mod measure;
 mod stubs;
+mod verify;

@@ -1,0 +1,114 @@
+//! `iteragpu protocol init|lock`: the quality protocol, fixed before the test.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use ledger::LedgerError;
+use serde::Serialize;
+
+use crate::{exit, output};
+
+/// Options of `protocol`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu protocol init protocol.txt
+  $EDITOR protocol.txt
+  iteragpu protocol lock protocol.txt
+
+The protocol is a text file of `key = value` lines (# starts a comment). `lock` refuses empty
+fields and writes FILE.lock with the file's SHA-256 and the UTC time; `iteragpu record` then
+refuses the protocol if one byte of it changed.")]
+pub struct Args {
+    /// What to do with the protocol.
+    #[command(subcommand)]
+    pub action: Action,
+}
+
+/// `protocol` actions.
+#[derive(Debug, clap::Subcommand)]
+pub enum Action {
+    /// Write a protocol to fill in (never overwrites a file).
+    Init {
+        /// The protocol file to create.
+        file: PathBuf,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a filled-in protocol and lock it: record its SHA-256 and the time in FILE.lock.
+    Lock {
+        /// The protocol file to lock.
+        file: PathBuf,
+        /// Print one JSON document instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct Initialised {
+    protocol: String,
+    fields: Vec<&'static str>,
+    next: String,
+}
+
+#[derive(Serialize)]
+struct Locked<'a> {
+    protocol: String,
+    lock_file: String,
+    #[serde(flatten)]
+    lock: &'a ledger::Lock,
+}
+
+/// Ledger errors the user fixes by changing the command (exit 2); the rest are data (exit 1).
+pub(crate) fn classify(err: LedgerError) -> anyhow::Error {
+    match err {
+        LedgerError::ProtocolExists(_)
+        | LedgerError::Counts(_)
+        | LedgerError::BadPackage { .. }
+        | LedgerError::Notes => exit::usage(err.to_string()),
+        other => other.into(),
+    }
+}
+
+/// Runs `protocol`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.action {
+        Action::Init { file, json } => {
+            ledger::protocol::init(&file, SystemTime::now()).map_err(classify)?;
+            let report = Initialised {
+                protocol: file.display().to_string(),
+                fields: ledger::protocol::FIELDS.iter().map(|(k, _)| *k).collect(),
+                next: format!("iteragpu protocol lock {}", file.display()),
+            };
+            if json {
+                output::print_json(&report)?;
+            } else {
+                output::print_text(&format!(
+                    "wrote {}: fill in every field before the test, then run `{}`\n",
+                    report.protocol, report.next
+                ))?;
+            }
+        }
+        Action::Lock { file, json } => {
+            let lock = ledger::protocol::lock(&file, SystemTime::now(), env!("CARGO_PKG_VERSION"))
+                .map_err(classify)?;
+            let report = Locked {
+                protocol: file.display().to_string(),
+                lock_file: ledger::protocol::lock_path(&file).display().to_string(),
+                lock: &lock,
+            };
+            if json {
+                output::print_json(&report)?;
+            } else {
+                output::print_text(&format!(
+                    "locked {} at {}\nSHA-256 {}\nlock written to {}; from now on any change to the protocol is refused by `iteragpu record`\n",
+                    report.protocol, lock.locked_utc, lock.protocol_sha256, report.lock_file
+                ))?;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,317 @@
+//! `iteragpu verify`: every kind of damage is caught and named, and nothing is extracted.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use zip::write::SimpleFileOptions;
+
+fn iteragpu() -> Command {
+    Command::cargo_bin("iteragpu").unwrap()
+}
+
+const TOP: &str = "iteragpu-lab-v1";
+
+fn kit(dir: &Path) -> PathBuf {
+    let out = dir.join("good.zip");
+    iteragpu()
+        .arg("kit")
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success();
+    out
+}
+
+/// The members of a zip, in order, as (name, bytes).
+fn members(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(path).unwrap()).unwrap();
+    (0..zip.len())
+        .map(|i| {
+            let mut f = zip.by_index(i).unwrap();
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes).unwrap();
+            (f.name().unwrap().to_string(), bytes)
+        })
+        .filter(|(name, _)| !name.ends_with('/'))
+        .collect()
+}
+
+/// Writes a new zip (with valid CRCs: the zip crate computes them) from `members`.
+fn write_zip(path: &Path, members: &[(String, Vec<u8>)]) {
+    let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
+    for (name, bytes) in members {
+        zip.start_file(name.as_str(), SimpleFileOptions::default())
+            .unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap();
+}
+
+fn fails_with(path: &Path, messages: &[&str]) {
+    let mut assert = iteragpu().arg("verify").arg(path).assert().code(1);
+    for m in messages {
+        assert = assert.stdout(predicate::str::contains(*m));
+    }
+    assert.stderr(predicate::str::contains("failed verification"));
+}
+
+#[test]
+fn a_good_kit_is_complete_and_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kit(dir.path());
+    iteragpu()
+        .arg("verify")
+        .arg(&good)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("complete: yes"))
+        .stdout(predicate::str::contains("valid: yes"));
+    // Re-packed by another writer, with the same members, it still verifies.
+    let copy = dir.path().join("copy.zip");
+    write_zip(&copy, &members(&good));
+    iteragpu().arg("verify").arg(&copy).assert().success();
+}
+
+#[test]
+fn flipped_byte_in_a_member_is_a_hash_mismatch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = members(&kit(dir.path()));
+    let readme = m
+        .iter_mut()
+        .find(|(n, _)| n.ends_with("/README.md"))
+        .unwrap();
+    readme.1[0] ^= 0x01;
+    let bad = dir.path().join("flipped.zip");
+    write_zip(&bad, &m);
+    fails_with(
+        &bad,
+        &[
+            "complete: yes",
+            "valid: no",
+            "hash mismatch: README.md has SHA-256",
+        ],
+    );
+}
+
+#[test]
+fn flipped_byte_in_the_zip_file_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kit(dir.path());
+    let mut bytes = std::fs::read(&good).unwrap();
+    let offset = {
+        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes)).unwrap();
+        let f = zip.by_name(&format!("{TOP}/README.md")).unwrap();
+        f.data_start().unwrap() as usize
+    };
+    bytes[offset + 2] ^= 0x40;
+    let bad = dir.path().join("raw-flip.zip");
+    std::fs::write(&bad, bytes).unwrap();
+    let out = iteragpu().arg("verify").arg(&bad).assert().code(1);
+    let text = String::from_utf8_lossy(&out.get_output().stdout).into_owned();
+    assert!(
+        text.contains("unreadable: README.md") || text.contains("hash mismatch: README.md"),
+        "{text}"
+    );
+    assert!(text.contains("valid: no"), "{text}");
+}
+
+#[test]
+fn changed_size_is_a_size_mismatch_checked_before_the_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = members(&kit(dir.path()));
+    let readme = m
+        .iter_mut()
+        .find(|(n, _)| n.ends_with("/README.md"))
+        .unwrap();
+    readme.1.extend_from_slice(b"one more line\n");
+    let bad = dir.path().join("longer.zip");
+    write_zip(&bad, &m);
+    fails_with(&bad, &["size mismatch: README.md is"]);
+    let out = iteragpu().arg("verify").arg(&bad).output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("hash mismatch"));
+}
+
+#[test]
+fn missing_member_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = members(&kit(dir.path()));
+    m.retain(|(n, _)| !n.ends_with("/data/tarifs-forfaits.csv"));
+    let bad = dir.path().join("missing.zip");
+    write_zip(&bad, &m);
+    fails_with(
+        &bad,
+        &[
+            "complete: no",
+            "missing: data/tarifs-forfaits.csv is listed in MANIFEST.json but absent",
+            "valid: yes",
+        ],
+    );
+}
+
+#[test]
+fn extra_member_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = members(&kit(dir.path()));
+    m.push((
+        format!("{TOP}/notes.txt"),
+        b"not in the manifest\n".to_vec(),
+    ));
+    m.push(("stray.txt".to_string(), b"outside the folder\n".to_vec()));
+    let bad = dir.path().join("extra.zip");
+    write_zip(&bad, &m);
+    fails_with(
+        &bad,
+        &[
+            "complete: no",
+            "unexpected: notes.txt is not listed in MANIFEST.json",
+            "unexpected: stray.txt",
+        ],
+    );
+}
+
+#[test]
+fn unsafe_paths_are_named_and_nothing_is_extracted() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kit(dir.path());
+    let mut m = members(&good);
+    m.push((format!("{TOP}/../evil.txt"), b"escape\n".to_vec()));
+    m.push((
+        "/tmp/iteragpu-absolute-evil.txt".to_string(),
+        b"absolute\n".to_vec(),
+    ));
+    let bad = dir.path().join("unsafe.zip");
+    {
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&bad).unwrap());
+        for (name, bytes) in &m {
+            zip.start_file(name.as_str(), SimpleFileOptions::default())
+                .unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+        zip.add_symlink(
+            format!("{TOP}/link"),
+            "/etc/passwd",
+            SimpleFileOptions::default(),
+        )
+        .unwrap();
+        zip.finish().unwrap();
+    }
+    let before: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    fails_with(
+        &bad,
+        &[
+            "complete: no",
+            "unsafe path: iteragpu-lab-v1/../evil.txt (a `..` component",
+            "unsafe path: /tmp/iteragpu-absolute-evil.txt (an absolute path)",
+            "unsafe path: iteragpu-lab-v1/link (a symbolic link)",
+        ],
+    );
+    let after: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(before, after, "verify wrote something");
+    assert!(!dir.path().join("evil.txt").exists());
+    assert!(!Path::new("/tmp/iteragpu-absolute-evil.txt").exists());
+}
+
+#[test]
+fn a_folder_is_checked_without_following_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kit(dir.path());
+    let root = dir.path().join("x");
+    for (name, bytes) in members(&good) {
+        let path = root.join(&name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    let top = root.join(TOP);
+    iteragpu().arg("verify").arg(&root).assert().success();
+    iteragpu().arg("verify").arg(&top).assert().success();
+
+    let license = top.join("LICENSE");
+    let mut bytes = std::fs::read(&license).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 0x20;
+    std::fs::write(&license, bytes).unwrap();
+    std::fs::remove_file(top.join("docs/quality-protocol.md")).unwrap();
+    #[cfg(unix)]
+    std::os::unix::fs::symlink("/etc/passwd", top.join("data/link.csv")).unwrap();
+    let mut expected = vec![
+        "hash mismatch: LICENSE",
+        "missing: docs/quality-protocol.md",
+    ];
+    if cfg!(unix) {
+        expected.push("unsafe path: data/link.csv (a symbolic link)");
+    }
+    fails_with(&top, &expected);
+}
+
+#[test]
+fn no_manifest_means_nothing_can_be_judged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = members(&kit(dir.path()));
+    m.retain(|(n, _)| !n.ends_with("/MANIFEST.json"));
+    let bad = dir.path().join("no-manifest.zip");
+    write_zip(&bad, &m);
+    fails_with(
+        &bad,
+        &[
+            "missing manifest",
+            "complete: no",
+            "valid: no",
+            "not checked",
+        ],
+    );
+}
+
+#[test]
+fn json_names_each_failure_by_kind() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = members(&kit(dir.path()));
+    m.retain(|(n, _)| !n.ends_with("/LICENSE"));
+    m.push((format!("{TOP}/extra"), b"x".to_vec()));
+    let bad = dir.path().join("bad.zip");
+    write_zip(&bad, &m);
+    let out = iteragpu()
+        .arg("verify")
+        .arg(&bad)
+        .arg("--json")
+        .assert()
+        .code(1);
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(doc["complete"], false);
+    assert_eq!(doc["valid"], true);
+    let kinds: Vec<_> = doc["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["kind"].as_str().unwrap(), f["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(kinds, [("missing", "LICENSE"), ("unexpected", "extra")]);
+}
+
+#[test]
+fn not_a_kit_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, b"hello").unwrap();
+    iteragpu()
+        .arg("verify")
+        .arg(&path)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("is not a readable zip archive"));
+    iteragpu()
+        .arg("verify")
+        .arg(dir.path().join("absent.zip"))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("cannot read"));
+}

@@ -1,0 +1,214 @@
+//! Building the zip, byte for byte the same for the same inputs.
+
+use std::collections::BTreeMap;
+use std::io::{Cursor, Write};
+use std::path::Path;
+
+use zip::write::SimpleFileOptions;
+use zip::{CompressionMethod, DateTime, ZipWriter};
+
+use crate::error::KitError;
+use crate::manifest::{MANIFEST_NAME, Manifest, ManifestTool, SHA256SUMS_NAME, sha256sums};
+use crate::members::{BINARY_PATH, MEMBERS, ROOT};
+
+/// Permissions of regular members.
+const FILE_MODE: u32 = 0o644;
+/// Permissions of folders and of the binary.
+const EXEC_MODE: u32 = 0o755;
+/// Deflate level: fixed, so the compressed bytes are too.
+const LEVEL: i64 = 6;
+
+/// What varies between kits.
+#[derive(Debug, Clone)]
+pub struct KitOptions {
+    /// The tool recorded in the manifest.
+    pub tool: ManifestTool,
+    /// The executable to ship as `bin/iteragpu`, if any.
+    pub binary: Option<Vec<u8>>,
+}
+
+/// A built kit, in memory.
+#[derive(Debug, Clone)]
+pub struct Kit {
+    /// The zip file's bytes.
+    pub bytes: Vec<u8>,
+    /// Its manifest.
+    pub manifest: Manifest,
+}
+
+enum Entry<'a> {
+    Folder,
+    File { bytes: &'a [u8], mode: u32 },
+}
+
+/// Builds the kit from the embedded members (and the binary, if given).
+pub fn build(options: &KitOptions) -> Result<Kit, KitError> {
+    let mut content: Vec<(String, &[u8], u32)> = MEMBERS
+        .iter()
+        .map(|m| (m.path.to_string(), m.bytes, FILE_MODE))
+        .collect();
+    if let Some(binary) = &options.binary {
+        content.push((BINARY_PATH.to_string(), binary.as_slice(), EXEC_MODE));
+    }
+    let hashed: Vec<(String, &[u8])> = content.iter().map(|(p, b, _)| (p.clone(), *b)).collect();
+    let sums = sha256sums(&hashed);
+
+    let mut listed = hashed;
+    listed.push((SHA256SUMS_NAME.to_string(), sums.as_bytes()));
+    let (manifest, manifest_text) = Manifest::for_content(ROOT, options.tool.clone(), &listed)?;
+
+    let mut entries: BTreeMap<String, Entry<'_>> = BTreeMap::new();
+    entries.insert(format!("{ROOT}/"), Entry::Folder);
+    let files = content.iter().map(|(p, b, m)| (p.as_str(), *b, *m)).chain([
+        (SHA256SUMS_NAME, sums.as_bytes(), FILE_MODE),
+        (MANIFEST_NAME, manifest_text.as_bytes(), FILE_MODE),
+    ]);
+    for (path, bytes, mode) in files {
+        let mut folder = String::new();
+        for part in path
+            .split('/')
+            .rev()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            folder.push_str(part);
+            folder.push('/');
+            entries.insert(format!("{ROOT}/{folder}"), Entry::Folder);
+        }
+        entries.insert(format!("{ROOT}/{path}"), Entry::File { bytes, mode });
+    }
+
+    let mut zip = ZipWriter::new(Cursor::new(Vec::new()));
+    let base = SimpleFileOptions::default()
+        .last_modified_time(DateTime::default())
+        .system(zip::System::Unix)
+        .large_file(false);
+    for (name, entry) in &entries {
+        match entry {
+            Entry::Folder => {
+                zip.add_directory(
+                    name.as_str(),
+                    base.compression_method(CompressionMethod::Stored)
+                        .unix_permissions(EXEC_MODE),
+                )?;
+            }
+            Entry::File { bytes, mode } => {
+                zip.start_file(
+                    name.as_str(),
+                    base.compression_method(CompressionMethod::Deflated)
+                        .compression_level(Some(LEVEL))
+                        .unix_permissions(*mode),
+                )?;
+                zip.write_all(bytes).map_err(zip::result::ZipError::Io)?;
+            }
+        }
+    }
+    let bytes = zip.finish()?.into_inner();
+    Ok(Kit { bytes, manifest })
+}
+
+/// Writes `bytes` to `path`, which must not exist yet. The bytes go to a temporary file in the
+/// same folder first and are moved into place whole, so a failure never leaves half a kit.
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), KitError> {
+    let write_err = |source| KitError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.symlink_metadata().is_ok() {
+        return Err(KitError::OutputExists(path.to_path_buf()));
+    }
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".iteragpu-kit-");
+    // A temporary file is private (0600); the kit is an ordinary file for whoever may read the
+    // folder (0644, less the umask).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o644));
+    }
+    let mut tmp = builder.tempfile_in(folder).map_err(write_err)?;
+    tmp.write_all(bytes).map_err(write_err)?;
+    tmp.as_file().sync_all().map_err(write_err)?;
+    tmp.persist_noclobber(path).map_err(|e| {
+        if e.error.kind() == std::io::ErrorKind::AlreadyExists {
+            KitError::OutputExists(path.to_path_buf())
+        } else {
+            write_err(e.error)
+        }
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn options(binary: Option<Vec<u8>>) -> KitOptions {
+        KitOptions {
+            tool: ManifestTool {
+                commit: None,
+                name: "iteragpu".into(),
+                version: "0.1.0".into(),
+            },
+            binary,
+        }
+    }
+
+    #[test]
+    fn same_inputs_same_bytes() {
+        let a = build(&options(None)).unwrap();
+        let b = build(&options(None)).unwrap();
+        assert_eq!(a.bytes, b.bytes);
+        let c = build(&options(Some(b"#!/bin/sh\n".to_vec()))).unwrap();
+        assert_ne!(a.bytes, c.bytes);
+    }
+
+    #[test]
+    fn entries_are_sorted_dated_and_permissioned() {
+        let kit = build(&options(Some(b"binary".to_vec()))).unwrap();
+        let mut zip = zip::ZipArchive::new(Cursor::new(kit.bytes)).unwrap();
+        let mut names = Vec::new();
+        for i in 0..zip.len() {
+            let mut f = zip.by_index(i).unwrap();
+            let name = f.name().unwrap().to_string();
+            assert!(name.starts_with("iteragpu-lab-v1/"), "{name}");
+            let dt = f.last_modified().unwrap();
+            assert_eq!((dt.year(), dt.month(), dt.day()), (1980, 1, 1));
+            let mode = f.unix_mode().unwrap() & 0o7777;
+            if f.is_dir() || name.ends_with("/bin/iteragpu") {
+                assert_eq!(mode, 0o755, "{name}");
+            } else {
+                assert_eq!(mode, 0o644, "{name}");
+            }
+            if name.ends_with("/bin/iteragpu") {
+                let mut s = String::new();
+                f.read_to_string(&mut s).unwrap();
+                assert_eq!(s, "binary");
+            }
+            names.push(name);
+        }
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(names, sorted);
+        assert!(names.contains(&"iteragpu-lab-v1/MANIFEST.json".to_string()));
+        assert!(names.contains(&"iteragpu-lab-v1/SHA256SUMS".to_string()));
+        assert!(names.contains(&"iteragpu-lab-v1/bin/".to_string()));
+    }
+
+    #[test]
+    fn write_new_refuses_an_existing_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.zip");
+        write_new(&path, b"one").unwrap();
+        let err = write_new(&path, b"two").unwrap_err();
+        assert!(matches!(err, KitError::OutputExists(_)), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"one");
+    }
+}

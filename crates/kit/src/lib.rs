@@ -1,0 +1,27 @@
+//! The IteraGPU Lab kit: one deterministic zip that carries its own proof of integrity, and the
+//! verifier that checks it.
+//!
+//! The original kit shipped as `iteragpu-lab-v1.zip`, one folder whose `MANIFEST.json` lists every
+//! member with its size and the SHA-256 of every member but itself. This crate builds the same
+//! archive from files embedded in the binary ([`members::MEMBERS`]), so an installed `iteragpu`
+//! can rebuild it anywhere, byte for byte: members in sorted order, every date 1980-01-01 00:00,
+//! fixed permissions, no extra fields. Next to the manifest it writes `SHA256SUMS`, so
+//! `sha256sum -c --strict` can check the kit without this tool.
+//!
+//! [`verify::verify`] checks a zip or an extracted folder against its manifest without writing
+//! anything to disk: *complete* (nothing missing, nothing unexpected, no unsafe path) and *valid*
+//! (sizes, then hashes) are reported separately, each failure by name.
+#![forbid(unsafe_code)]
+
+pub mod archive;
+pub mod error;
+pub mod hash;
+pub mod manifest;
+pub mod members;
+pub mod verify;
+
+pub use archive::{Kit, KitOptions, build, write_new};
+pub use error::KitError;
+pub use manifest::{MANIFEST_NAME, Manifest, ManifestEntry, ManifestTool, SHA256SUMS_NAME};
+pub use members::{BINARY_PATH, MEMBERS, Member, ROOT};
+pub use verify::{Failure, Finding, Report, Source, VerifyError, verify};

@@ -1,0 +1,73 @@
+//! What goes in the kit: one table, so adding a file is one line.
+//!
+//! Every member is embedded in the binary at build time (`include_bytes!` of the repository's
+//! file), so `iteragpu kit` works from an installed binary with no checkout around it. The path
+//! inside the kit is the path in the repository.
+
+/// The single top folder of the archive.
+pub const ROOT: &str = "iteragpu-lab-v1";
+
+/// Where `--with-binary` puts the running executable, inside [`ROOT`].
+pub const BINARY_PATH: &str = "bin/iteragpu";
+
+/// One embedded member.
+#[derive(Debug, Clone, Copy)]
+pub struct Member {
+    /// Path inside [`ROOT`], `/`-separated.
+    pub path: &'static str,
+    /// The file's bytes, as they were in the repository when the binary was built.
+    pub bytes: &'static [u8],
+}
+
+/// A repository file, embedded, under the same path in the kit.
+macro_rules! repo_file {
+    ($path:literal) => {
+        Member {
+            path: $path,
+            bytes: include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../", $path)),
+        }
+    };
+}
+
+/// The documents and data of the kit (the manifest, `SHA256SUMS` and the optional binary are
+/// added when the archive is built). Order does not matter: the archive sorts its members.
+pub const MEMBERS: &[Member] = &[
+    repo_file!("README.md"),
+    repo_file!("LICENSE"),
+    repo_file!("docs/quality-protocol.md"),
+    repo_file!("data/resultats-bruts.csv"),
+    repo_file!("data/tarifs-forfaits.csv"),
+    // The notebook joins with one line once it is in the repository:
+    // repo_file!("notebooks/iteragpu-lab.ipynb"),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_unique_relative_and_clean() {
+        let mut seen = std::collections::BTreeSet::new();
+        for m in MEMBERS {
+            assert!(seen.insert(m.path), "duplicate member {}", m.path);
+            assert!(!m.path.starts_with('/') && !m.path.contains('\\'));
+            assert!(
+                m.path
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != "..")
+            );
+            assert_ne!(m.path, BINARY_PATH);
+        }
+    }
+
+    #[test]
+    fn the_empty_grid_is_only_a_header() {
+        let grid = MEMBERS
+            .iter()
+            .find(|m| m.path == "data/resultats-bruts.csv")
+            .expect("the results grid is a member");
+        let text = std::str::from_utf8(grid.bytes).unwrap();
+        assert_eq!(text.lines().count(), 1, "the shipped grid must be empty");
+        assert!(text.starts_with("run_id,date_utc,"));
+    }
+}

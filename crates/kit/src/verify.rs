@@ -1,0 +1,780 @@
+//! Checking a kit — a zip or an extracted folder — against its own `MANIFEST.json`.
+//!
+//! Nothing is ever written to disk: zip members stream from the decompressor into a hasher, and
+//! a folder is walked without following links. Two verdicts are kept apart:
+//! *complete* (every listed member is there, nothing else is, no path could escape the folder)
+//! and *valid* (every member has the listed size and, sizes first, the listed SHA-256).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::{BufReader, Read};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::hash::HashingSink;
+use crate::manifest::{MANIFEST_NAME, Manifest};
+
+/// The largest manifest read (a real one is a few KiB): a bound against a hostile archive.
+const MANIFEST_LIMIT: u64 = 16 << 20;
+
+/// What was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// A zip archive, read in place.
+    Zip,
+    /// An extracted folder.
+    Folder,
+}
+
+/// One thing wrong with a kit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Failure {
+    /// No `MANIFEST.json` where one was looked for: nothing else can be judged.
+    ManifestMissing {
+        /// Where it was looked for.
+        looked_for: String,
+    },
+    /// The manifest is there but cannot be used.
+    ManifestInvalid {
+        /// Why.
+        reason: String,
+    },
+    /// Listed in the manifest, absent from the kit.
+    Missing {
+        /// Path inside the top folder.
+        path: String,
+    },
+    /// Present in the kit, not listed in the manifest.
+    Unexpected {
+        /// Path as found (inside the top folder when it is under it).
+        path: String,
+    },
+    /// The same name appears more than once in the archive.
+    Duplicate {
+        /// The name, or a note when the zip reader only says that there are duplicates.
+        path: String,
+    },
+    /// A name that could write outside the folder if extracted: `..`, an absolute path, a link.
+    UnsafePath {
+        /// The name as stored.
+        path: String,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// The member's size differs from the manifest's.
+    SizeMismatch {
+        /// Path inside the top folder.
+        path: String,
+        /// Size in the manifest.
+        expected: u64,
+        /// Size found.
+        actual: u64,
+    },
+    /// The member's SHA-256 differs from the manifest's.
+    HashMismatch {
+        /// Path inside the top folder.
+        path: String,
+        /// SHA-256 in the manifest.
+        expected: String,
+        /// SHA-256 of the bytes found.
+        actual: String,
+    },
+    /// The member could not be read (a corrupt zip entry fails its CRC here).
+    Unreadable {
+        /// Path inside the top folder.
+        path: String,
+        /// The reader's error.
+        reason: String,
+    },
+}
+
+impl Failure {
+    /// True for failures of completeness (what is there), false for failures of validity (what
+    /// the bytes are).
+    pub fn is_completeness(&self) -> bool {
+        matches!(
+            self,
+            Failure::ManifestMissing { .. }
+                | Failure::ManifestInvalid { .. }
+                | Failure::Missing { .. }
+                | Failure::Unexpected { .. }
+                | Failure::Duplicate { .. }
+                | Failure::UnsafePath { .. }
+        )
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::ManifestMissing { looked_for } => write!(
+                f,
+                "missing manifest: no {looked_for}, so nothing else can be checked"
+            ),
+            Failure::ManifestInvalid { reason } => write!(f, "invalid manifest: {reason}"),
+            Failure::Missing { path } => {
+                write!(f, "missing: {path} is listed in {MANIFEST_NAME} but absent")
+            }
+            Failure::Unexpected { path } => {
+                write!(f, "unexpected: {path} is not listed in {MANIFEST_NAME}")
+            }
+            Failure::Duplicate { path } => write!(f, "duplicate: {path}"),
+            Failure::UnsafePath { path, reason } => write!(f, "unsafe path: {path} ({reason})"),
+            Failure::SizeMismatch {
+                path,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "size mismatch: {path} is {actual} bytes, {MANIFEST_NAME} says {expected}"
+            ),
+            Failure::HashMismatch {
+                path,
+                expected,
+                actual,
+            } => write!(
+                f,
+                "hash mismatch: {path} has SHA-256 {actual}, {MANIFEST_NAME} says {expected}"
+            ),
+            Failure::Unreadable { path, reason } => write!(f, "unreadable: {path}: {reason}"),
+        }
+    }
+}
+
+/// One failure with its sentence, as `--json` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    /// The failure.
+    #[serde(flatten)]
+    pub failure: Failure,
+    /// `completeness` or `validity`.
+    pub verdict: &'static str,
+    /// The failure in one sentence.
+    pub message: String,
+}
+
+/// The outcome of [`verify`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    /// The path given.
+    pub path: String,
+    /// Zip or folder.
+    pub source: Source,
+    /// The top folder the manifest was found in (inside the zip, or on disk).
+    pub root: Option<String>,
+    /// Nothing missing, nothing unexpected, no unsafe path, a usable manifest.
+    pub complete: bool,
+    /// Every member present has the listed size and SHA-256 (false when no manifest could be
+    /// read: nothing could be shown valid).
+    pub valid: bool,
+    /// Members the manifest lists.
+    pub listed: usize,
+    /// Members whose size matched.
+    pub sizes_matched: usize,
+    /// Members whose SHA-256 matched.
+    pub hashes_matched: usize,
+    /// Everything wrong, completeness first, each in its own words.
+    pub failures: Vec<Finding>,
+}
+
+impl Report {
+    fn new(path: &Path, source: Source) -> Report {
+        Report {
+            path: path.display().to_string(),
+            source,
+            root: None,
+            complete: false,
+            valid: false,
+            listed: 0,
+            sizes_matched: 0,
+            hashes_matched: 0,
+            failures: Vec::new(),
+        }
+    }
+
+    fn fail(&mut self, failure: Failure) {
+        self.failures.push(Finding {
+            verdict: if failure.is_completeness() {
+                "completeness"
+            } else {
+                "validity"
+            },
+            message: failure.to_string(),
+            failure,
+        });
+    }
+
+    fn conclude(mut self, manifest_usable: bool) -> Report {
+        self.failures.sort_by_key(|f| !f.failure.is_completeness());
+        self.complete =
+            manifest_usable && self.failures.iter().all(|f| !f.failure.is_completeness());
+        self.valid = manifest_usable && self.failures.iter().all(|f| f.failure.is_completeness());
+        self
+    }
+
+    /// True when the kit is complete and valid.
+    pub fn ok(&self) -> bool {
+        self.complete && self.valid
+    }
+}
+
+/// A kit could not be opened at all.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The path does not exist or cannot be read.
+    #[error("cannot read {}: {source}", path.display())]
+    Open {
+        /// The path given.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file that is not a zip archive.
+    #[error("{} is not a readable zip archive ({reason}); give a .zip or an extracted folder", path.display())]
+    NotZip {
+        /// The path given.
+        path: PathBuf,
+        /// The zip reader's error.
+        reason: String,
+    },
+}
+
+/// Why a stored name is unsafe to extract, if it is.
+pub fn unsafe_reason(name: &str) -> Option<&'static str> {
+    let bytes = name.as_bytes();
+    if name.contains('\0') {
+        Some("a NUL byte in the name")
+    } else if name.starts_with('/') || name.starts_with('\\') {
+        Some("an absolute path")
+    } else if bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':' {
+        Some("an absolute path with a drive letter")
+    } else if name.split(['/', '\\']).any(|c| c == "..") {
+        Some("a `..` component that climbs out of the folder")
+    } else {
+        None
+    }
+}
+
+/// Checks the kit at `path`: a zip archive, an extracted top folder, or a folder holding one.
+pub fn verify(path: &Path) -> Result<Report, VerifyError> {
+    let meta = std::fs::metadata(path).map_err(|source| VerifyError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_dir() {
+        Ok(verify_folder(path))
+    } else {
+        verify_zip(path)
+    }
+}
+
+/// Where a member's bytes are.
+enum Location {
+    Zip(usize),
+    Disk(PathBuf),
+}
+
+/// A member found in the kit.
+struct Found {
+    size: u64,
+    at: Location,
+}
+
+/// The manifest parsed and checked for sense; failures go to the report.
+fn parse_manifest(bytes: &[u8], report: &mut Report) -> Option<Manifest> {
+    let manifest: Manifest = match serde_json::from_slice(bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            report.fail(Failure::ManifestInvalid {
+                reason: format!("{MANIFEST_NAME} is not a kit manifest: {e}"),
+            });
+            return None;
+        }
+    };
+    let mut problems = Vec::new();
+    let mut seen = BTreeSet::new();
+    let mut total = 0u64;
+    for entry in &manifest.files {
+        total = total.saturating_add(entry.size);
+        if !seen.insert(entry.path.as_str()) {
+            problems.push(format!("{} is listed twice", entry.path));
+        }
+        match &entry.sha256 {
+            None if entry.path != MANIFEST_NAME => {
+                problems.push(format!("{} has no SHA-256", entry.path));
+            }
+            Some(h) if h.len() != 64 || !h.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                problems.push(format!("{} has a malformed SHA-256 {h:?}", entry.path));
+            }
+            _ => {}
+        }
+    }
+    if !seen.contains(MANIFEST_NAME) {
+        problems.push(format!("it does not list itself ({MANIFEST_NAME})"));
+    }
+    if manifest.totals.files != manifest.files.len() as u64 || manifest.totals.bytes != total {
+        problems.push(format!(
+            "its totals ({} files, {} bytes) disagree with its list ({} files, {} bytes)",
+            manifest.totals.files,
+            manifest.totals.bytes,
+            manifest.files.len(),
+            total
+        ));
+    }
+    if problems.is_empty() {
+        Some(manifest)
+    } else {
+        report.fail(Failure::ManifestInvalid {
+            reason: problems.join("; "),
+        });
+        None
+    }
+}
+
+/// Compares what was found with what the manifest lists. `read` streams a member into a sink.
+fn compare(
+    manifest: &Manifest,
+    manifest_len: u64,
+    found: &BTreeMap<String, Found>,
+    folders: &BTreeSet<String>,
+    report: &mut Report,
+    mut read: impl FnMut(&Location, &mut HashingSink) -> std::io::Result<()>,
+) {
+    report.listed = manifest.files.len();
+    let mut listed_folders = BTreeSet::new();
+    for entry in &manifest.files {
+        if let Some(reason) = unsafe_reason(&entry.path) {
+            report.fail(Failure::UnsafePath {
+                path: entry.path.clone(),
+                reason: format!("{reason}, listed in {MANIFEST_NAME}"),
+            });
+            continue;
+        }
+        let mut prefix = String::new();
+        for part in entry
+            .path
+            .split('/')
+            .rev()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            prefix.push_str(part);
+            listed_folders.insert(prefix.clone());
+            prefix.push('/');
+        }
+        let Some(member) = found.get(&entry.path) else {
+            report.fail(Failure::Missing {
+                path: entry.path.clone(),
+            });
+            continue;
+        };
+        let actual_size = if entry.path == MANIFEST_NAME {
+            manifest_len
+        } else {
+            member.size
+        };
+        if actual_size != entry.size {
+            report.fail(Failure::SizeMismatch {
+                path: entry.path.clone(),
+                expected: entry.size,
+                actual: actual_size,
+            });
+            continue;
+        }
+        let Some(expected) = &entry.sha256 else {
+            report.sizes_matched += 1;
+            continue;
+        };
+        let mut sink = HashingSink::default();
+        if let Err(e) = read(&member.at, &mut sink) {
+            report.fail(Failure::Unreadable {
+                path: entry.path.clone(),
+                reason: e.to_string(),
+            });
+            continue;
+        }
+        let (actual, bytes) = sink.finish();
+        if bytes != entry.size {
+            report.fail(Failure::SizeMismatch {
+                path: entry.path.clone(),
+                expected: entry.size,
+                actual: bytes,
+            });
+            continue;
+        }
+        report.sizes_matched += 1;
+        if actual.eq_ignore_ascii_case(expected) {
+            report.hashes_matched += 1;
+        } else {
+            report.fail(Failure::HashMismatch {
+                path: entry.path.clone(),
+                expected: expected.clone(),
+                actual,
+            });
+        }
+    }
+    let listed: BTreeSet<&str> = manifest.files.iter().map(|f| f.path.as_str()).collect();
+    for path in found.keys() {
+        if !listed.contains(path.as_str()) {
+            report.fail(Failure::Unexpected { path: path.clone() });
+        }
+    }
+    for folder in folders {
+        if !listed_folders.contains(folder) {
+            report.fail(Failure::Unexpected {
+                path: format!("{folder}/"),
+            });
+        }
+    }
+}
+
+fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
+    let file = File::open(path).map_err(|source| VerifyError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut archive =
+        zip::ZipArchive::new(BufReader::new(file)).map_err(|e| VerifyError::NotZip {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+    let mut report = Report::new(path, Source::Zip);
+    if archive.has_duplicate_names() {
+        report.fail(Failure::Duplicate {
+            path: "the archive stores at least one name twice".to_string(),
+        });
+    }
+
+    // Names first, without decompressing anything.
+    struct Raw {
+        index: usize,
+        name: String,
+        dir: bool,
+        size: u64,
+    }
+    let mut raws = Vec::new();
+    for index in 0..archive.len() {
+        let entry = match archive.by_index_raw(index) {
+            Ok(e) => e,
+            Err(e) => {
+                report.fail(Failure::Unreadable {
+                    path: format!("entry #{index}"),
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let name = String::from_utf8_lossy(entry.name_raw()).into_owned();
+        if let Some(reason) = unsafe_reason(&name) {
+            report.fail(Failure::UnsafePath {
+                path: name,
+                reason: reason.to_string(),
+            });
+            continue;
+        }
+        if entry.is_symlink() {
+            report.fail(Failure::UnsafePath {
+                path: name,
+                reason: "a symbolic link".to_string(),
+            });
+            continue;
+        }
+        raws.push(Raw {
+            index,
+            dir: entry.is_dir(),
+            size: entry.size(),
+            name,
+        });
+    }
+
+    // The top folder is the one holding MANIFEST.json (or none, for a flat zip).
+    let root = raws
+        .iter()
+        .filter(|r| !r.dir)
+        .filter_map(|r| match r.name.split_once('/') {
+            None if r.name == MANIFEST_NAME => Some(String::new()),
+            Some((top, rest)) if rest == MANIFEST_NAME => Some(top.to_string()),
+            _ => None,
+        })
+        .min();
+    let Some(root) = root else {
+        report.fail(Failure::ManifestMissing {
+            looked_for: format!("TOP/{MANIFEST_NAME} in the archive"),
+        });
+        return Ok(report.conclude(false));
+    };
+    let prefix = if root.is_empty() {
+        String::new()
+    } else {
+        format!("{root}/")
+    };
+    report.root = Some(prefix.clone());
+
+    let mut found = BTreeMap::new();
+    let mut folders = BTreeSet::new();
+    for raw in &raws {
+        let Some(rel) = raw.name.strip_prefix(&prefix) else {
+            report.fail(Failure::Unexpected {
+                path: raw.name.clone(),
+            });
+            continue;
+        };
+        if raw.dir {
+            let rel = rel.trim_end_matches('/');
+            if !rel.is_empty() {
+                folders.insert(rel.to_string());
+            }
+            continue;
+        }
+        let previous = found.insert(
+            rel.to_string(),
+            Found {
+                size: raw.size,
+                at: Location::Zip(raw.index),
+            },
+        );
+        if previous.is_some() {
+            report.fail(Failure::Duplicate {
+                path: rel.to_string(),
+            });
+        }
+    }
+
+    let manifest_bytes = match found.get(MANIFEST_NAME).map(|f| &f.at) {
+        Some(Location::Zip(index)) => {
+            let mut bytes = Vec::new();
+            let read = archive.by_index(*index).and_then(|entry| {
+                entry
+                    .take(MANIFEST_LIMIT)
+                    .read_to_end(&mut bytes)
+                    .map_err(zip::result::ZipError::Io)
+            });
+            match read {
+                Ok(_) => bytes,
+                Err(e) => {
+                    report.fail(Failure::ManifestInvalid {
+                        reason: format!("{MANIFEST_NAME} cannot be read: {e}"),
+                    });
+                    return Ok(report.conclude(false));
+                }
+            }
+        }
+        _ => Vec::new(),
+    };
+    let Some(manifest) = parse_manifest(&manifest_bytes, &mut report) else {
+        return Ok(report.conclude(false));
+    };
+    compare(
+        &manifest,
+        manifest_bytes.len() as u64,
+        &found,
+        &folders,
+        &mut report,
+        |at, sink| match at {
+            Location::Zip(index) => {
+                let mut entry = archive.by_index(*index).map_err(std::io::Error::other)?;
+                std::io::copy(&mut entry, sink).map(|_| ())
+            }
+            Location::Disk(_) => Err(std::io::Error::other("not a zip member")),
+        },
+    );
+    Ok(report.conclude(true))
+}
+
+fn verify_folder(path: &Path) -> Report {
+    let mut report = Report::new(path, Source::Folder);
+    let root = if path.join(MANIFEST_NAME).is_file() {
+        Some(path.to_path_buf())
+    } else {
+        let mut candidates: Vec<PathBuf> = std::fs::read_dir(path)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join(MANIFEST_NAME).is_file())
+            .collect();
+        candidates.sort();
+        (candidates.len() == 1).then(|| candidates.remove(0))
+    };
+    let Some(root) = root else {
+        report.fail(Failure::ManifestMissing {
+            looked_for: format!(
+                "{MANIFEST_NAME} in {} or in exactly one folder inside it",
+                path.display()
+            ),
+        });
+        return report.conclude(false);
+    };
+    report.root = Some(root.display().to_string());
+
+    let mut found = BTreeMap::new();
+    let mut folders = BTreeSet::new();
+    walk(&root, "", &mut found, &mut folders, &mut report);
+
+    let manifest_bytes = match found.get(MANIFEST_NAME) {
+        Some(Found {
+            at: Location::Disk(p),
+            ..
+        }) => match File::open(p).and_then(|f| {
+            let mut bytes = Vec::new();
+            f.take(MANIFEST_LIMIT)
+                .read_to_end(&mut bytes)
+                .map(|_| bytes)
+        }) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                report.fail(Failure::ManifestInvalid {
+                    reason: format!("{MANIFEST_NAME} cannot be read: {e}"),
+                });
+                return report.conclude(false);
+            }
+        },
+        // A link in the manifest's place was reported as unsafe by the walk.
+        _ => return report.conclude(false),
+    };
+    let Some(manifest) = parse_manifest(&manifest_bytes, &mut report) else {
+        return report.conclude(false);
+    };
+    compare(
+        &manifest,
+        manifest_bytes.len() as u64,
+        &found,
+        &folders,
+        &mut report,
+        |at, sink| match at {
+            Location::Disk(p) => {
+                let mut file = File::open(p)?;
+                std::io::copy(&mut file, sink).map(|_| ())
+            }
+            Location::Zip(_) => Err(std::io::Error::other("not a file on disk")),
+        },
+    );
+    report.conclude(true)
+}
+
+/// Lists `dir` recursively without following links; `rel` is its path inside the kit.
+fn walk(
+    dir: &Path,
+    rel: &str,
+    found: &mut BTreeMap<String, Found>,
+    folders: &mut BTreeSet<String>,
+    report: &mut Report,
+) {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            report.fail(Failure::Unreadable {
+                path: if rel.is_empty() {
+                    ".".into()
+                } else {
+                    rel.into()
+                },
+                reason: e.to_string(),
+            });
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let child = if rel.is_empty() {
+            name
+        } else {
+            format!("{rel}/{name}")
+        };
+        let meta = match entry.path().symlink_metadata() {
+            Ok(m) => m,
+            Err(e) => {
+                report.fail(Failure::Unreadable {
+                    path: child,
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            report.fail(Failure::UnsafePath {
+                path: child,
+                reason: "a symbolic link".to_string(),
+            });
+        } else if kind.is_dir() {
+            folders.insert(child.clone());
+            walk(&entry.path(), &child, found, folders, report);
+        } else if kind.is_file() {
+            found.insert(
+                child,
+                Found {
+                    size: meta.len(),
+                    at: Location::Disk(entry.path()),
+                },
+            );
+        } else {
+            report.fail(Failure::Unexpected { path: child });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_names() {
+        assert!(unsafe_reason("../x").unwrap().contains(".."));
+        assert!(unsafe_reason("a/../../x").is_some());
+        assert!(unsafe_reason("a\\..\\x").is_some());
+        assert!(unsafe_reason("/etc/passwd").unwrap().contains("absolute"));
+        assert!(unsafe_reason("C:/x").unwrap().contains("drive"));
+        assert_eq!(unsafe_reason("a/b..c/d"), None);
+        assert_eq!(unsafe_reason("iteragpu-lab-v1/README.md"), None);
+    }
+
+    #[test]
+    fn a_built_kit_verifies_in_memory_and_on_disk() {
+        let kit = crate::build(&crate::KitOptions {
+            tool: crate::ManifestTool {
+                commit: None,
+                name: "iteragpu".into(),
+                version: "0".into(),
+            },
+            binary: None,
+        })
+        .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let zip_path = dir.path().join("k.zip");
+        std::fs::write(&zip_path, &kit.bytes).unwrap();
+        let report = verify(&zip_path).unwrap();
+        assert!(report.ok(), "{report:#?}");
+        assert_eq!(report.listed, kit.manifest.files.len());
+        assert_eq!(report.hashes_matched, report.listed - 1);
+
+        // Extract by hand (the verifier never does) and check the folder, then break it.
+        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(kit.bytes)).unwrap();
+        archive.extract(dir.path().join("x")).unwrap();
+        let top = dir.path().join("x");
+        assert!(verify(&top).unwrap().ok());
+        let readme = top.join("iteragpu-lab-v1/README.md");
+        let mut bytes = std::fs::read(&readme).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&readme, bytes).unwrap();
+        std::fs::write(top.join("iteragpu-lab-v1/extra.txt"), b"x").unwrap();
+        let report = verify(&top).unwrap();
+        assert!(!report.complete && !report.valid);
+        let kinds: Vec<_> = report.failures.iter().map(|f| f.message.clone()).collect();
+        assert!(
+            kinds.iter().any(|m| m.starts_with("unexpected: extra.txt")),
+            "{kinds:?}"
+        );
+        assert!(
+            kinds
+                .iter()
+                .any(|m| m.starts_with("hash mismatch: README.md")),
+            "{kinds:?}"
+        );
+    }
+}
