@@ -95,19 +95,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Refused before any device work: an existing file is never touched.
     files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
 
-    let tool = ToolInfo::new(option_env!("ITERAGPU_COMMIT"));
+    let tool = crate::cmd::environment::tool_info();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let init = Instant::now();
     let doc = if args.device == "cpu" {
         let mut device = CpuDevice::new(tool.clone());
         let device_init_seconds = init.elapsed().as_secs_f64();
         measure_on(&mut device, &plan, tool, started_utc, device_init_seconds)?
-    } else if args.device.starts_with("cuda:") {
-        return Err(usage(format!(
-            "--device {}: this build has no CUDA backend yet, so no GPU can be measured; \
-             nothing was written (use --device cpu for the CPU reference device)",
-            args.device
-        )));
+    } else if let Some(ordinal) = lab_cuda::parse_ordinal(&args.device) {
+        let mut device = match lab_cuda::CudaDevice::open(ordinal, tool.clone()) {
+            Ok(device) => device,
+            // No driver, the toolkit's stub, no device, a wrong ordinal, no cuBLAS: exit 2 and
+            // nothing written, never a fallback to the CPU.
+            Err(e) if e.is_unavailable() => {
+                return Err(usage(format!(
+                    "--device {}: no usable GPU: {e}; nothing was written",
+                    args.device
+                )));
+            }
+            Err(e) => {
+                return Err(anyhow::Error::new(e).context(format!(
+                    "could not set up {}; nothing was written",
+                    args.device
+                )));
+            }
+        };
+        let device_init_seconds = init.elapsed().as_secs_f64();
+        measure_on(&mut device, &plan, tool, started_utc, device_init_seconds)?
     } else {
         return Err(usage(format!(
             "--device {:?} is not a device: use cuda:N (for example cuda:0) or cpu",

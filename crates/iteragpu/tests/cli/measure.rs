@@ -250,3 +250,19 @@ fn a_run_too_large_for_the_machine_is_refused_before_it_starts() {
         );
     assert!(!dir.path().join("m.json").exists());
 }
+
+#[test]
+fn cuda_without_a_driver_exits_2_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // An empty folder first on the loader path hides nothing here (there is no driver on CI);
+    // the point is the refusal: exit 2, the sentence, no file.
+    iteragpu()
+        .current_dir(dir.path())
+        .env("LD_LIBRARY_PATH", dir.path())
+        .args(["measure", "--device", "cuda:0", "--output", "m.json"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--device cuda:0: no usable GPU"))
+        .stderr(predicate::str::contains("nothing was written"));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
