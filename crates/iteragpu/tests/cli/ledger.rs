@@ -763,3 +763,101 @@ fn concurrent_duplicates_are_recorded_once() {
         1 + 5
     );
 }
+
+/// The whole path on real CPU-device measurements: measure twice, lock a protocol, record both
+/// runs, price an accepted unit; a tampered protocol is then refused.
+#[test]
+fn end_to_end_on_real_cpu_measurements() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, seed) in [("run-a.json", "0"), ("run-b.json", "1")] {
+        iteragpu()
+            .current_dir(dir.path())
+            .args([
+                "measure",
+                "--device",
+                "cpu",
+                "--batch",
+                "1",
+                "--context",
+                "16",
+            ])
+            .args(["--width", "64", "--seed", seed, "--output", name])
+            .assert()
+            .success();
+    }
+    let protocol = locked_protocol(dir.path());
+    let grid = grid(dir.path());
+    let (a, b) = (dir.path().join("run-a.json"), dir.path().join("run-b.json"));
+    record(
+        &grid,
+        &protocol,
+        &a,
+        &[
+            "--package",
+            "h200:7:1",
+            "--submitted",
+            "300",
+            "--accepted",
+            "290",
+        ],
+    )
+    .assert()
+    .success()
+    .stdout(predicate::str::contains("290 of 300 units accepted"));
+    // A second run on the same corpus with fewer accepted units: not new units.
+    record(
+        &grid,
+        &protocol,
+        &b,
+        &[
+            "--package",
+            "h200:7:1",
+            "--submitted",
+            "300",
+            "--accepted",
+            "280",
+        ],
+    )
+    .assert()
+    .success();
+    let expected = unit_price(lot_price("h200", 7), 290);
+    let out = iteragpu()
+        .arg("cost")
+        .arg("--results")
+        .arg(&grid)
+        .arg("--json")
+        .assert()
+        .success();
+    let doc: serde_json::Value = serde_json::from_slice(&out.get_output().stdout).unwrap();
+    assert_eq!(doc["packages"][0]["accepted_units"], 290);
+    assert_eq!(doc["packages"][0]["unit_price_cents"], expected.as_str());
+    // The grid links each row to its measurement file by SHA-256.
+    let text = std::fs::read_to_string(&grid).unwrap();
+    assert!(text.contains(&sha256(&std::fs::read(&a).unwrap())));
+    assert!(text.contains(&sha256(&std::fs::read(&b).unwrap())));
+
+    let mut tampered = std::fs::read_to_string(&protocol).unwrap();
+    tampered.push_str("# edited after the lock\n");
+    std::fs::write(&protocol, tampered).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["measure", "--device", "cpu", "--output", "run-c.json"])
+        .assert()
+        .success();
+    record(
+        &grid,
+        &protocol,
+        &dir.path().join("run-c.json"),
+        &[
+            "--package",
+            "h200:7:1",
+            "--submitted",
+            "1",
+            "--accepted",
+            "1",
+        ],
+    )
+    .assert()
+    .failure()
+    .stderr(predicate::str::contains("was changed after it was locked"));
+}
