@@ -43,6 +43,12 @@ fn generate(seed: u64, stream: u64, fan_in: usize, len: usize, dtype: DType) -> 
     let mut values = vec![0f32; len];
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = len.div_ceil(threads).max(1 << 16);
+    if len <= chunk {
+        for (i, v) in values.iter_mut().enumerate() {
+            *v = dtype.round(parameter_value(seed, stream, fan_in, i as u64));
+        }
+        return values;
+    }
     std::thread::scope(|scope| {
         for (c, part) in values.chunks_mut(chunk).enumerate() {
             scope.spawn(move || {
