@@ -7,12 +7,14 @@
 
 mod policy;
 mod stats;
+mod tensors;
 
 pub use policy::{
     AllocError, Block, CachingAllocator, LARGE_SEGMENT, MIN_BLOCK_SIZE, MIN_LARGE_ALLOC, Pool,
     ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE, SegmentId, pool_of, round_size, segment_size,
 };
 pub use stats::{Counter, PoolStats, Stats};
+pub use tensors::TensorPool;
 
 /// Where segments come from. A segment is obtained whole and given back whole.
 pub trait SegmentSource {

@@ -1,12 +1,11 @@
 //! The CPU reference device.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use half::{bf16, f16};
 use ndarray::{Array2, ArrayView2, linalg::general_mat_mul};
 
-use crate::alloc::{Block, CachingAllocator, Stats};
+use crate::alloc::{Stats, TensorPool};
 use crate::cpu::memory::{HostSegments, available_host_bytes};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
@@ -19,9 +18,7 @@ use crate::tool::ToolInfo;
 /// with float32 accumulation does.
 #[derive(Debug)]
 pub struct CpuDevice {
-    allocator: CachingAllocator<HostSegments>,
-    blocks: HashMap<u64, Block>,
-    next_id: u64,
+    tensors: TensorPool<HostSegments>,
     tool: ToolInfo,
 }
 
@@ -34,31 +31,24 @@ impl CpuDevice {
     /// A device over a given segment source (a bounded one forces out-of-memory in tests).
     pub fn with_source(tool: ToolInfo, source: HostSegments) -> CpuDevice {
         CpuDevice {
-            allocator: CachingAllocator::new(source),
-            blocks: HashMap::new(),
-            next_id: 0,
+            tensors: TensorPool::new(source),
             tool,
         }
     }
 
-    fn block(&self, t: &Tensor) -> Result<&Block, DeviceError> {
-        self.blocks.get(&t.id).ok_or_else(|| {
-            DeviceError::Backend(format!("tensor {} is not live on the CPU device", t.id))
-        })
-    }
-
     /// The tensor's bytes inside its segment.
     fn bytes(&self, t: &Tensor) -> Result<&[u8], DeviceError> {
-        let b = self.block(t)?;
-        let seg: &[u8] = bytemuck::cast_slice(self.allocator.segment(b.segment));
+        let b = self.tensors.block(t)?;
+        let seg: &[u8] = bytemuck::cast_slice(self.tensors.allocator().segment(b.segment));
         let start = b.offset as usize;
         Ok(&seg[start..start + t.bytes() as usize])
     }
 
     fn bytes_mut(&mut self, t: &Tensor) -> Result<&mut [u8], DeviceError> {
-        let b = self.block(t)?;
+        let b = self.tensors.block(t)?;
         let (segment, start) = (b.segment, b.offset as usize);
-        let seg: &mut [u8] = bytemuck::cast_slice_mut(self.allocator.segment_mut(segment));
+        let seg: &mut [u8] =
+            bytemuck::cast_slice_mut(self.tensors.allocator_mut().segment_mut(segment));
         Ok(&mut seg[start..start + t.bytes() as usize])
     }
 
@@ -158,11 +148,11 @@ impl Device for CpuDevice {
     }
 
     fn stats(&self) -> Stats {
-        self.allocator.stats()
+        self.tensors.stats()
     }
 
     fn reset_peaks(&mut self) {
-        self.allocator.reset_peaks();
+        self.tensors.reset_peaks();
     }
 
     fn device_memory(&mut self) -> Result<Option<DeviceMemory>, DeviceError> {
@@ -176,38 +166,11 @@ impl Device for CpuDevice {
         dtype: DType,
         what: &str,
     ) -> Result<Tensor, DeviceError> {
-        let bytes = (rows as u64)
-            .checked_mul(cols as u64)
-            .and_then(|n| n.checked_mul(dtype.size_bytes()))
-            .ok_or_else(|| DeviceError::Shape(format!("{what}: {rows}x{cols} overflows")))?;
-        let block = self.allocator.allocate(bytes).map_err(|e| match e {
-            crate::alloc::AllocError::OutOfMemory {
-                allocated,
-                reserved,
-                ..
-            } => DeviceError::OutOfMemory {
-                what: what.to_string(),
-                requested: bytes,
-                allocated,
-                reserved,
-            },
-            other => DeviceError::Backend(format!("{what}: {other}")),
-        })?;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.blocks.insert(id, block);
-        Ok(Tensor {
-            id,
-            rows,
-            cols,
-            dtype,
-        })
+        self.tensors.allocate(rows, cols, dtype, what)
     }
 
     fn free(&mut self, tensor: Tensor) {
-        if let Some(block) = self.blocks.remove(&tensor.id) {
-            self.allocator.free(block);
-        }
+        self.tensors.free(tensor);
     }
 
     fn upload(&mut self, tensor: &Tensor, values: &[f32]) -> Result<(), DeviceError> {

@@ -2,9 +2,7 @@
 //! policy over an unbounded, memory-less source, so the peak it predicts is the peak the policy
 //! will reach (segment rounding, caching and the library workspace included), not a guess.
 
-use std::collections::HashMap;
-
-use crate::alloc::{Block, CachingAllocator, SegmentError, SegmentSource, Stats};
+use crate::alloc::{Block, SegmentError, SegmentSource, Stats, TensorPool};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
 use crate::environment::{ENVIRONMENT_SCHEMA, Environment};
@@ -93,9 +91,7 @@ impl SegmentSource for Unbounded {
 /// A device that only counts: allocations go through the policy, operations do nothing.
 #[derive(Debug)]
 struct PlanDevice {
-    allocator: CachingAllocator<Unbounded>,
-    blocks: HashMap<u64, Block>,
-    next_id: u64,
+    tensors: TensorPool<Unbounded>,
     workspace_bytes: u64,
     workspace: Option<Block>,
 }
@@ -103,9 +99,7 @@ struct PlanDevice {
 impl PlanDevice {
     fn new(workspace_bytes: u64) -> PlanDevice {
         PlanDevice {
-            allocator: CachingAllocator::new(Unbounded),
-            blocks: HashMap::new(),
-            next_id: 0,
+            tensors: TensorPool::new(Unbounded),
             workspace_bytes,
             workspace: None,
         }
@@ -135,11 +129,11 @@ impl Device for PlanDevice {
     }
 
     fn stats(&self) -> Stats {
-        self.allocator.stats()
+        self.tensors.stats()
     }
 
     fn reset_peaks(&mut self) {
-        self.allocator.reset_peaks();
+        self.tensors.reset_peaks();
     }
 
     fn device_memory(&mut self) -> Result<Option<DeviceMemory>, DeviceError> {
@@ -153,26 +147,11 @@ impl Device for PlanDevice {
         dtype: DType,
         what: &str,
     ) -> Result<Tensor, DeviceError> {
-        let bytes = rows as u64 * cols as u64 * dtype.size_bytes();
-        let block = self
-            .allocator
-            .allocate(bytes)
-            .map_err(|e| DeviceError::Backend(format!("{what}: {e}")))?;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.blocks.insert(id, block);
-        Ok(Tensor {
-            id,
-            rows,
-            cols,
-            dtype,
-        })
+        self.tensors.allocate(rows, cols, dtype, what)
     }
 
     fn free(&mut self, tensor: Tensor) {
-        if let Some(b) = self.blocks.remove(&tensor.id) {
-            self.allocator.free(b);
-        }
+        self.tensors.free(tensor);
     }
 
     fn upload(&mut self, _tensor: &Tensor, _values: &[f32]) -> Result<(), DeviceError> {
@@ -192,11 +171,10 @@ impl Device for PlanDevice {
         _tf32: bool,
     ) -> Result<(), DeviceError> {
         if self.workspace.is_none() && self.workspace_bytes > 0 {
-            let block = self
-                .allocator
-                .allocate(self.workspace_bytes)
-                .map_err(|e| DeviceError::Backend(format!("workspace: {e}")))?;
-            self.workspace = Some(block);
+            self.workspace = Some(
+                self.tensors
+                    .allocate_bytes(self.workspace_bytes, "workspace")?,
+            );
         }
         Ok(())
     }
