@@ -112,37 +112,10 @@ pub fn build(options: &KitOptions) -> Result<Kit, KitError> {
 /// Writes `bytes` to `path`, which must not exist yet. The bytes go to a temporary file in the
 /// same folder first and are moved into place whole, so a failure never leaves half a kit.
 pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), KitError> {
-    let write_err = |source| KitError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    if path.symlink_metadata().is_ok() {
-        return Err(KitError::OutputExists(path.to_path_buf()));
-    }
-    let folder = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut builder = tempfile::Builder::new();
-    builder.prefix(".iteragpu-kit-");
-    // A temporary file is private (0600); the kit is an ordinary file for whoever may read the
-    // folder (0644, less the umask).
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        builder.permissions(std::fs::Permissions::from_mode(0o644));
-    }
-    let mut tmp = builder.tempfile_in(folder).map_err(write_err)?;
-    tmp.write_all(bytes).map_err(write_err)?;
-    tmp.as_file().sync_all().map_err(write_err)?;
-    tmp.persist_noclobber(path).map_err(|e| {
-        if e.error.kind() == std::io::ErrorKind::AlreadyExists {
-            KitError::OutputExists(path.to_path_buf())
-        } else {
-            write_err(e.error)
-        }
-    })?;
-    Ok(())
+    lab::files::write_new(path, bytes).map_err(|e| match e {
+        lab::files::OutputError::Exists(p) => KitError::OutputExists(p),
+        other => KitError::Write(other),
+    })
 }
 
 #[cfg(test)]

@@ -9,13 +9,8 @@ pub enum KitError {
     #[error("{} already exists; remove it or choose another --output", .0.display())]
     OutputExists(PathBuf),
     /// Writing the output failed.
-    #[error("cannot write {}: {source}", path.display())]
-    Write {
-        /// The file being written.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Write(lab::files::OutputError),
     /// The zip library refused an entry (it should not: names and sizes are ours).
     #[error("cannot build the zip archive: {0}")]
     Zip(#[from] zip::result::ZipError),

@@ -59,9 +59,17 @@ pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
         path: path.to_path_buf(),
         source,
     };
+    // A result file is for sharing: the usual 0644, not the temporary file's private 0600.
+    #[cfg(unix)]
+    let permissions = std::os::unix::fs::PermissionsExt::from_mode(0o644);
+    #[cfg(not(unix))]
+    let permissions = std::fs::metadata(folder_of(path))
+        .map_err(io)?
+        .permissions();
     let mut tmp = tempfile::Builder::new()
         .prefix(".iteragpu-")
         .suffix(".tmp")
+        .permissions(permissions)
         .tempfile_in(folder_of(path))
         .map_err(io)?;
     tmp.write_all(bytes).map_err(io)?;
@@ -97,6 +105,12 @@ mod tests {
             Err(OutputError::Exists(_))
         ));
         assert_eq!(std::fs::read(&p).unwrap(), b"first");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o644);
+        }
         // No temporary file is left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }

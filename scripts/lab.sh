@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The kit's main job in one go, on whatever machine this is: diagnose the GPU, run the original
+# kit's two example measurements (on cuda:0 when a GPU is usable, otherwise on the CPU reference
+# device, clearly labelled), and price the example package. Everything lands in a new folder
+# runs/<UTC time>/ so nothing earlier is ever overwritten.
+#
+#   scripts/lab.sh [DEVICE]        DEVICE defaults to cuda:0 when usable, else cpu
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${ITERAGPU:-target/release/iteragpu}
+[ -x "$bin" ] || { echo "lab.sh: $bin not found: run cargo build --release --locked first" >&2; exit 2; }
+
+out="runs/$(date -u +%Y%m%dT%H%M%SZ)"
+mkdir -p "$out"
+echo "== results go to $out/"
+
+echo "== environment (cuda:0)"
+"$bin" environment --device cuda:0 | tee "$out/environment.txt"
+"$bin" environment --device cuda:0 --json >"$out/environment.json"
+
+device=${1:-}
+if [ -z "$device" ]; then
+    if grep -q '"usable": true' "$out/environment.json"; then
+        device=cuda:0
+    else
+        device=cpu
+        echo "== no usable GPU: measuring on the CPU reference device (not a GPU measurement)"
+    fi
+fi
+
+echo "== estimate: 7e9 parameters at 16 bits, 4 GiB reserve assumed"
+"$bin" estimate --parameters 7000000000 --bits 16 --reserve-gib 4
+
+echo "== measure on $device: the original's small example"
+"$bin" measure --device "$device" --batch 1 --context 16 --width 64 --dtype float32 \
+    --warmup 1 --repeats 2 --output "$out/mesures-petit-essai.json"
+echo "== measure on $device: the original's larger example"
+"$bin" measure --device "$device" --batch 2 --context 128 --width 1024 --dtype float32 \
+    --warmup 3 --repeats 5 --output "$out/mesures.json"
+
+echo "== price: b200, 7 days, 2 lots"
+"$bin" price --gpu b200 --days 7 --lots 2
+
+echo "== done: $out/"
+ls -l "$out"
