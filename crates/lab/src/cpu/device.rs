@@ -30,8 +30,7 @@ pub struct CpuDevice {
 impl std::fmt::Debug for CpuDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CpuDevice")
-            .field("allocator", &self.allocator)
-            .field("live_tensors", &self.blocks.len())
+            .field("tensors", &self.tensors)
             .field("tool", &self.tool)
             .field("scratch_elements", &self.scratch.capacity())
             .field("threads", &self.threads)
