@@ -1,19 +1,34 @@
 #!/usr/bin/env python3
 """The measurement protocol of `iteragpu measure`, in PyTorch eager, for side-by-side comparison.
 
-Same model (Linear(width -> hidden) -> exact GELU -> Linear(hidden -> width), with bias), same
-phases (model_load, inputs, cold_forward, warmup, warm_forward x repeats), same per-phase protocol
-(synchronize, read baseline counters, reset peaks, start clocks, run, synchronize, stop clocks,
-read end counters and peaks; the last output is alive when the end counters are read and freed
-before the next phase) and the same JSON shape as `iteragpu measure --output`.
+Mirrors crates/lab/src/measure/runner.rs step for step:
 
-Differences, on purpose and stated: weights use nn.Linear's own initialisation (same bounds,
-different values) and inputs come from an in-place seeded `uniform_(-1, 1)` (one allocation, like
-our input kernel), so values differ from iteragpu's; the check compares with a float64 CPU
-recomputation of this run's own values.
+- Model: Linear(width -> hidden) -> exact GELU -> Linear(hidden -> width), with bias.
+- Phases: model_load, inputs, cold_forward, warmup (all passes, one row), warm_forward (one row per
+  repeat).
+- Each phase: synchronize, read device-wide free memory, read the baseline counters, reset the
+  peaks, start the host clock and record the start event, run, record the stop event and
+  synchronize, stop the host clock, read the end counters and the device-wide free memory.
+- model_load builds the weights on the CPU in float32 with nn.Linear's default initialisation
+  (inside the timed region) and copies them with `.to(device, dtype)` in module order (w1, b1, w2,
+  b2); inputs are generated on the device.
+- A forward pass allocates linear1's output, GELU's output, frees linear1's output, allocates
+  linear2's output, frees GELU's output. The output of a phase is alive when its end counters are
+  read and freed after the row; in warmup each pass's output is released only once the next
+  pass's output exists (`y = model(x)` in a loop). The last warm_forward output is kept for the
+  numerical check, then freed.
+- The document has the field names of `iteragpu measure --output`.
 
-usage: pytorch_eager.py --batch B --context C --width W [--hidden H] --dtype float32|float16|bfloat16
-                        [--warmup N] [--repeats N] [--seed S] [--allow-tf32] --output FILE
+Differences, on purpose and stated: weights come from torch's own generator (same bounds,
+different values) and inputs from a seeded `uniform_(-1, 1)` on the device, so values differ from
+iteragpu's; the check compares with a float64 CPU recomputation of this run's own values, on the
+rows iteragpu would sample, against iteragpu's bound for the dtype. `preflight` has no estimate.
+
+usage: pytorch_eager.py --device cuda:N --batch B --context C --width W [--hidden H]
+                        [--dtype float32|float16|bfloat16] [--warmup N] [--repeats N] [--seed S]
+                        [--allow-tf32] --output FILE [--json]
+Exit: 0 complete, 1 the run or its check failed (the file is still written), 2 bad options, an
+existing --output, no torch or no CUDA device (nothing written).
 """
 import argparse
 import datetime
@@ -22,195 +37,272 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn as nn
-
 SCHEMA = "iteragpu.measurement/1"
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-BOUNDS = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 4e-2}
+ENVIRONMENT_SCHEMA = "iteragpu.environment/1"
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
-def counters():
-    s = torch.cuda.memory_stats()
-    return {
-        "allocated": torch.cuda.memory_allocated(),
-        "reserved": torch.cuda.memory_reserved(),
-        "requested": s.get("requested_bytes.all.current", 0),
-        "peak_allocated": torch.cuda.max_memory_allocated(),
-        "peak_reserved": torch.cuda.max_memory_reserved(),
-        "peak_requested": s.get("requested_bytes.all.peak", 0),
-    }
+def die(message, code=2):
+    print(f"pytorch_eager: error: {message}", file=sys.stderr)
+    sys.exit(code)
 
 
-def device_memory():
-    free, total = torch.cuda.mem_get_info()
-    return {"free_bytes": free, "total_bytes": total, "process_used_bytes": None}
-
-
-def run_phase(phase, index, body):
-    """Runs `body` under the protocol; returns (row, whatever body returned)."""
-    torch.cuda.synchronize()
-    base = counters()
-    before = device_memory()
-    torch.cuda.reset_peak_memory_stats()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record()
-    result = body()
-    stop.record()
-    torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
-    end = counters()
-    after = device_memory()
-    row = {
-        "phase": phase,
-        "index": index,
-        "wall_seconds": wall,
-        "device_seconds": start.elapsed_time(stop) / 1000.0,
-        "memory": {
-            "baseline_allocated_bytes": base["allocated"],
-            "baseline_reserved_bytes": base["reserved"],
-            "end_allocated_bytes": end["allocated"],
-            "end_reserved_bytes": end["reserved"],
-            "peak_allocated_bytes": end["peak_allocated"],
-            "peak_reserved_bytes": end["peak_reserved"],
-            "baseline_requested_bytes": base["requested"],
-            "end_requested_bytes": end["requested"],
-            "peak_requested_bytes": end["peak_requested"],
-            "device_before": before,
-            "device_after": after,
-        },
-    }
-    return row, result
-
-
-def main() -> int:
-    p = argparse.ArgumentParser()
-    p.add_argument("--device", default="cuda:0")
-    p.add_argument("--batch", type=int, required=True)
-    p.add_argument("--context", type=int, required=True)
-    p.add_argument("--width", type=int, required=True)
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="iteragpu's measurement protocol in PyTorch eager")
+    p.add_argument("--device", required=True, help="cuda:N")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--context", type=int, default=16)
+    p.add_argument("--width", type=int, default=64)
     p.add_argument("--hidden", type=int)
-    p.add_argument("--dtype", choices=DTYPES, default="float32")
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--dtype", choices=DTYPE_NAMES, default="float32")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--allow-tf32", action="store_true")
     p.add_argument("--output", required=True)
-    a = p.parse_args()
+    p.add_argument("--json", action="store_true", help="print the document on stdout")
+    a = p.parse_args(argv)
+    for name in ("batch", "context", "width", "repeats"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    if a.warmup < 0 or (a.hidden is not None and a.hidden < 1) or a.seed < 0:
+        p.error("--warmup and --seed must be >= 0, --hidden >= 1")
+    return a
+
+
+def bound(dtype, allow_tf32):
+    """lab::measure::check::bound."""
+    return 1e-5 if (dtype == "float32" and not allow_tf32) else 1e-2
+
+
+def math_mode(dtype, allow_tf32):
+    """lab::device::Device::math_mode."""
+    if dtype == "float32":
+        if allow_tf32:
+            return "float32 products may use TF32 (--allow-tf32)"
+        return "float32 products in strict float32 (no TF32)"
+    return f"{dtype} storage, float32 accumulation"
+
+
+def sample_rows(rows, width, hidden):
+    """lab::measure::check::sample_rows: first, last and evenly spread rows (2 to 8)."""
+    per_row = 4 * width * hidden
+    budget = min(max(2_000_000_000 // max(per_row, 1), 2), 8)
+    n = min(budget, rows)
+    if n <= 1:
+        return [0]
+    out = []
+    for i in range(n):
+        r = i * (rows - 1) // (n - 1)
+        if not out or out[-1] != r:
+            out.append(r)
+    return out
+
+
+def main(argv):
+    a = parse_args(argv)
     if os.path.exists(a.output):
-        sys.exit(f"pytorch_eager: {a.output} exists; refusing to overwrite it")
+        die(f"--output {a.output} already exists; choose a new file (nothing was written)")
+    try:
+        import torch
+        import torch.nn as nn
+    except ImportError as e:
+        die(f"PyTorch is not installed for {sys.executable} ({e}); nothing was written")
+    if not a.device.startswith("cuda"):
+        die(f"--device {a.device!r}: this comparison needs a CUDA device (cuda:N)")
+    if not torch.cuda.is_available():
+        die("torch sees no usable CUDA device (torch.cuda.is_available() is False); nothing was written")
 
     hidden = a.hidden or 4 * a.width
-    dtype = DTYPES[a.dtype]
+    rows = a.batch * a.context
+    dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[a.dtype]
     torch.backends.cuda.matmul.allow_tf32 = a.allow_tf32
     torch.backends.cudnn.allow_tf32 = a.allow_tf32
-    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
+    # Device set-up, timed on its own (device_init_seconds), never inside model_load.
     t0 = time.perf_counter()
-    device = torch.device(a.device)
-    torch.cuda.set_device(device)
-    torch.cuda.init()
-    torch.cuda.synchronize()
+    try:
+        device = torch.device(a.device)
+        torch.cuda.set_device(device)
+        torch.cuda.init()
+        torch.cuda.synchronize()
+    except (RuntimeError, ValueError) as e:
+        die(f"--device {a.device}: {e}")
     device_init = time.perf_counter() - t0
 
-    torch.manual_seed(a.seed)
-    rows = a.batch * a.context
-    phases = []
-    error = None
-    check = None
-    model = None
-    x = None
-    gelu = nn.GELU()
+    def counters():
+        s = torch.cuda.memory_stats(device)
+        return {
+            "allocated": s.get("allocated_bytes.all.current", 0),
+            "reserved": s.get("reserved_bytes.all.current", 0),
+            "requested": s.get("requested_bytes.all.current", 0),
+            "peak_allocated": s.get("allocated_bytes.all.peak", 0),
+            "peak_reserved": s.get("reserved_bytes.all.peak", 0),
+            "peak_requested": s.get("requested_bytes.all.peak", 0),
+        }
 
-    def forward():
-        h = model[0](x)
-        g = gelu(h)
-        del h
-        out = model[1](g)
-        del g
-        return out
+    def device_memory():
+        free, total = torch.cuda.mem_get_info(device)
+        return {"free_bytes": free, "total_bytes": total, "process_used_bytes": None}
+
+    def run_phase(phase, index, body):
+        """runner.rs `phase`: returns (row, what body returned)."""
+        start = torch.cuda.Event(enable_timing=True)
+        stop = torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        before = device_memory()
+        base = counters()
+        torch.cuda.reset_peak_memory_stats(device)
+        t = time.perf_counter()
+        start.record()
+        result = body()
+        stop.record()
+        stop.synchronize()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+        end = counters()
+        after = device_memory()
+        row = {
+            "phase": phase,
+            "index": index,
+            "wall_seconds": wall,
+            "device_seconds": start.elapsed_time(stop) / 1000.0,
+            "memory": {
+                "baseline_allocated_bytes": base["allocated"],
+                "baseline_reserved_bytes": base["reserved"],
+                "end_allocated_bytes": end["allocated"],
+                "end_reserved_bytes": end["reserved"],
+                "peak_allocated_bytes": end["peak_allocated"],
+                "peak_reserved_bytes": end["peak_reserved"],
+                "baseline_requested_bytes": base["requested"],
+                "end_requested_bytes": end["requested"],
+                "peak_requested_bytes": end["peak_requested"],
+                "device_before": before,
+                "device_after": after,
+            },
+        }
+        return row, result
+
+    state = {}
+    gelu = nn.GELU()  # exact erf form (approximate="none")
 
     def load():
-        l1 = nn.Linear(a.width, hidden, dtype=dtype)
-        l2 = nn.Linear(hidden, a.width, dtype=dtype)
-        return nn.ModuleList([l1, l2]).to(device)
+        # On the CPU in float32 with nn.Linear's default initialisation, then copied (and
+        # converted) parameter by parameter in module order: w1, b1, w2, b2.
+        torch.manual_seed(a.seed)
+        model = nn.Sequential(nn.Linear(a.width, hidden), nn.Linear(hidden, a.width))
+        return model.to(device=device, dtype=dtype)
 
     def inputs():
         gen = torch.Generator(device=device)
         gen.manual_seed(a.seed)
-        return torch.empty((a.batch, a.context, a.width), dtype=dtype, device=device).uniform_(-1, 1, generator=gen)
+        x = torch.empty((a.batch, a.context, a.width), dtype=dtype, device=device)
+        return x.uniform_(-1.0, 1.0, generator=gen)
 
+    def forward():
+        model, x = state["model"], state["x"]
+        h = model[0](x)
+        g = gelu(h)
+        del h
+        y = model[1](g)
+        del g
+        return y
+
+    def warm_all():
+        # As `y = model(x)` in a loop: the previous output is released only once the new exists.
+        y = None
+        for _ in range(a.warmup):
+            y = forward()
+        return y
+
+    phases = []
+    error = None
+    check = None
     current = "model_load"
-    out = None
+    preflight_free = device_memory()["free_bytes"]
     try:
-        with torch.inference_mode():
-            row, model = run_phase("model_load", 0, load)
+        with torch.no_grad():
+            row, state["model"] = run_phase("model_load", 0, load)
             phases.append(row)
             current = "inputs"
-            row, x = run_phase("inputs", 0, inputs)
+            row, state["x"] = run_phase("inputs", 0, inputs)
             phases.append(row)
             current = "cold_forward"
-            row, out = run_phase("cold_forward", 0, forward)
+            row, y = run_phase("cold_forward", 0, forward)
             phases.append(row)
-            out = None
-
-            def warm_all():
-                y = None
-                for _ in range(a.warmup):
-                    y = None
-                    y = forward()
-                return y
-
+            del y
             current = "warmup"
-            row, out = run_phase("warmup", 0, warm_all)
+            row, y = run_phase("warmup", 0, warm_all)
             phases.append(row)
-            out = None
+            del y
             current = "warm_forward"
+            last = None
             for i in range(a.repeats):
                 row, y = run_phase("warm_forward", i, forward)
                 phases.append(row)
-                if i + 1 < a.repeats:
-                    del y
-                else:
-                    out = y
-            if out is not None:
-                sample = sorted({0, rows // 2, rows - 1})
-                xs = x.reshape(rows, a.width)[sample].double().cpu()
-                w1, b1 = model[0].weight.double().cpu(), model[0].bias.double().cpu()
-                w2, b2 = model[1].weight.double().cpu(), model[1].bias.double().cpu()
-                ref = torch.nn.functional.gelu(xs @ w1.T + b1) @ w2.T + b2
-                got = out.reshape(rows, a.width)[sample].double().cpu()
-                diff = (got - ref).abs().max().item()
-                rel = diff / max(ref.abs().max().item(), 1e-30)
-                bound = BOUNDS[a.dtype] if not (a.allow_tf32 and a.dtype == "float32") else 1e-2
-                check = {
-                    "method": "float64 CPU recomputation of sampled rows (PyTorch's own weights and inputs)",
-                    "rows": sample,
-                    "max_abs_error": diff,
-                    "relative_error": rel,
-                    "bound": bound,
-                    "passed": bool(torch.isfinite(got).all().item()) and rel <= bound,
+                if i + 1 == a.repeats:
+                    last = y
+                del y
+            current = None
+            sample = sample_rows(rows, a.width, hidden)
+            model, x = state["model"], state["x"]
+            got = last.reshape(rows, a.width)[sample].double().cpu()
+            del last
+            xs = x.reshape(rows, a.width)[sample].double().cpu()
+            w1, b1 = model[0].weight.cpu().double(), model[0].bias.cpu().double()
+            w2, b2 = model[1].weight.cpu().double(), model[1].bias.cpu().double()
+            ref = torch.nn.functional.gelu(xs @ w1.T + b1) @ w2.T + b2
+            diff = (got - ref).abs().max().item()
+            rel = diff / max(ref.abs().max().item(), 1e-300)
+            finite = bool(torch.isfinite(got).all().item())
+            b = bound(a.dtype, a.allow_tf32)
+            check = {
+                "method": "float64 CPU recomputation of sampled rows from PyTorch's own weights and inputs",
+                "rows": sample,
+                "max_abs_error": diff if finite else None,
+                "relative_error": rel if finite else None,
+                "bound": b,
+                "passed": finite and rel <= b,
+            }
+            if not check["passed"]:
+                error = {
+                    "phase": None,
+                    "kind": "check_failed",
+                    "message": f"the numerical check failed: relative error {rel:.3e} exceeds the bound {b:.1e} for {a.dtype}",
+                    "allocated_bytes": None,
+                    "reserved_bytes": None,
                 }
-    except torch.cuda.OutOfMemoryError as e:
+    except RuntimeError as e:  # torch.cuda.OutOfMemoryError is a RuntimeError
+        oom = isinstance(e, getattr(torch.cuda, "OutOfMemoryError", ())) or "out of memory" in str(e)
+        where = f"in phase {current}" if current else "after the last phase"
         error = {
             "phase": current,
-            "kind": "out_of_memory",
-            "message": str(e).splitlines()[0],
-            "allocated_bytes": torch.cuda.memory_allocated(),
-            "reserved_bytes": torch.cuda.memory_reserved(),
+            "kind": "out_of_memory" if oom else "device",
+            "message": f"{where}: " + (str(e).splitlines() or [""])[0],
+            "allocated_bytes": torch.cuda.memory_allocated(device),
+            "reserved_bytes": torch.cuda.memory_reserved(device),
         }
 
     props = torch.cuda.get_device_properties(device)
-    flops = 2 * rows * a.width * hidden * 2
+    tool = {"name": "pytorch-eager", "version": torch.__version__, "commit": None}
+    layers = [
+        {"name": "linear1", "kind": "linear", "in_features": a.width, "out_features": hidden,
+         "parameters": a.width * hidden + hidden},
+        {"name": "gelu", "kind": "gelu", "in_features": hidden, "out_features": hidden, "parameters": 0},
+        {"name": "linear2", "kind": "linear", "in_features": hidden, "out_features": a.width,
+         "parameters": hidden * a.width + a.width},
+    ]
+    parameter_count = sum(layer["parameters"] for layer in layers)
     doc = {
         "schema": SCHEMA,
-        "tool": {"name": "pytorch-eager", "version": torch.__version__, "commit": None},
+        "tool": tool,
         "started_utc": started,
         "device_init_seconds": device_init,
         "environment": {
-            "schema": "iteragpu.environment/1",
-            "tool": {"name": "pytorch-eager", "version": torch.__version__, "commit": None},
+            "schema": ENVIRONMENT_SCHEMA,
+            "tool": tool,
             "requested_device": a.device,
             "backend": "pytorch",
             "reference_device": False,
@@ -219,7 +311,7 @@ def main() -> int:
             "details": {
                 "torch": torch.__version__,
                 "torch_cuda": torch.version.cuda,
-                "cublas_workspace_config": "default",
+                "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG", "default"),
                 "gpu": {
                     "name": props.name,
                     "compute_capability": f"{props.major}.{props.minor}",
@@ -240,30 +332,55 @@ def main() -> int:
             "repeats": a.repeats,
             "seed": a.seed,
             "allow_tf32": a.allow_tf32,
-            "math_mode": "float32 accumulate, " + ("TF32 allowed" if a.allow_tf32 else "strict float32"),
+            "math_mode": math_mode(a.dtype, a.allow_tf32),
         },
         "synthetic_model": {
-            "description": "Linear(width -> hidden) -> GELU(exact) -> Linear(hidden -> width), with bias",
-            "parameter_count": a.width * hidden + hidden + hidden * a.width + a.width,
+            "description": "Linear(width -> hidden) -> GELU (exact erf) -> Linear(hidden -> width), with bias",
+            "layers": layers,
+            "parameter_count": parameter_count,
+            "parameter_bytes": parameter_count * DTYPE_BYTES[a.dtype],
             "input_shape": [a.batch, a.context, a.width],
             "hidden_shape": [a.batch, a.context, hidden],
             "output_shape": [a.batch, a.context, a.width],
             "dtype": a.dtype,
-            "forward_flops": flops,
+            "forward_flops": 2 * 2 * rows * a.width * hidden,
         },
-        "preflight": None,
+        "preflight": {"estimated_peak_reserved_bytes": None, "device_free_bytes": preflight_free},
         "phases": phases,
         "check": check,
         "complete": error is None and check is not None and check["passed"],
         "error": error,
     }
-    tmp = a.output + ".tmp"
+    # Created exclusively through a temporary file in the same folder, moved into place whole.
+    folder = os.path.dirname(os.path.abspath(a.output))
+    tmp = os.path.join(folder, f".{os.path.basename(a.output)}.{os.getpid()}.tmp")
     with open(tmp, "x") as f:
         json.dump(doc, f, indent=2)
         f.write("\n")
-    os.replace(tmp, a.output)
+    try:
+        os.link(tmp, a.output)  # fails if the output appeared meanwhile: never overwrite
+        os.unlink(tmp)
+    except FileExistsError:
+        os.unlink(tmp)
+        die(f"--output {a.output} appeared during the run; the document was not written")
+    except OSError:  # a file system without hard links
+        if os.path.exists(a.output):
+            os.unlink(tmp)
+            die(f"--output {a.output} appeared during the run; the document was not written")
+        os.replace(tmp, a.output)
+    if a.json:
+        json.dump(doc, sys.stdout, indent=2)
+        print()
+    else:
+        for r in phases:
+            dev = r["device_seconds"]
+            print(f"  {r['phase']:<13} #{r['index']:<3} wall {r['wall_seconds'] * 1e3:10.3f} ms  "
+                  f"device {dev * 1e3:10.3f} ms  peak allocated {r['memory']['peak_allocated_bytes']:>14} B")
+        print(f"complete: {doc['complete']}  ({a.output})")
+    if error:
+        print(f"pytorch_eager: error: the run is incomplete: {error['message']}", file=sys.stderr)
     return 0 if doc["complete"] else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -12,6 +12,8 @@ mod driver;
 mod environment;
 mod error;
 mod kernels;
+#[cfg(test)]
+mod kernels_on_host;
 mod loader;
 mod maps;
 mod nvml;

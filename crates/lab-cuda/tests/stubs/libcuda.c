@@ -9,6 +9,10 @@
  *   FULL            make the context, stream, memory, module, launch and event calls succeed:
  *                   cuMemAlloc hands out fake addresses from a budget of MEMORY_BUDGET bytes and
  *                   then fails with CUDA_ERROR_OUT_OF_MEMORY; copies and launches do nothing
+ *   HOSTMEM         (with FULL) device memory is host memory: cuMemAlloc mallocs, copies copy, and
+ *                   streams, event records, copies and launches (kernel name, grid, block, stream,
+ *                   parameter values) are appended to the file named by $STUB_LOG, so a test can
+ *                   check every argument the device passes
  */
 #include <string.h>
 
@@ -63,7 +67,9 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
 int cuDeviceTotalMem_v2(unsigned long *bytes, int dev) { (void)dev; *bytes = 150754820096UL; return 0; }
 int cuDeviceGetUuid(unsigned char *out, int dev) { (void)dev; memcpy(out, uuid, 16); return 0; }
 int cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = (void *)0x1; return 0; }
+#if !(defined(FULL) && defined(HOSTMEM))
 int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
+#endif
 int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
 #ifndef OMIT_MEMGETINFO
 int cuMemGetInfo_v2(unsigned long *free_bytes, unsigned long *total) {
@@ -79,6 +85,84 @@ int cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms =
 #ifndef MEMORY_BUDGET
 #define MEMORY_BUDGET (64UL * 1024 * 1024)
 #endif
+#ifdef HOSTMEM
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+static unsigned long used = 0;
+static void say(const char *fmt, ...) {
+    const char *path = getenv("STUB_LOG");
+    FILE *f = path ? fopen(path, "a") : NULL;
+    va_list ap;
+    if (!f) return;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    fclose(f);
+}
+int cuMemAlloc_v2(unsigned long *p, unsigned long bytes) {
+    void *m;
+    if (used + bytes > MEMORY_BUDGET) return 2;
+    /* cuMemAlloc's pointers are aligned to at least 256 bytes. */
+    m = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    if (!m) return 2;
+    used += bytes;
+    *p = (unsigned long)m;
+    return 0;
+}
+int cuMemFree_v2(unsigned long p) { say("free ptr=%lu\n", p); free((void *)p); return 0; }
+int cuDevicePrimaryCtxRelease_v2(int dev) { say("ctx_release dev=%d\n", dev); return 0; }
+int cuStreamCreate(void **out, unsigned flags) {
+    *out = (void *)0x5757;
+    say("stream_create flags=%u\n", flags);
+    return 0;
+}
+int cuMemcpyHtoDAsync_v2(unsigned long dst, const void *src, unsigned long n, void *stream) {
+    memcpy((void *)dst, src, n);
+    say("htod bytes=%lu stream=%lx\n", n, (unsigned long)stream);
+    return 0;
+}
+int cuMemcpyDtoHAsync_v2(void *dst, unsigned long src, unsigned long n, void *stream) {
+    memcpy(dst, (const void *)src, n);
+    say("dtoh bytes=%lu stream=%lx\n", n, (unsigned long)stream);
+    return 0;
+}
+int cuModuleGetFunction(const char **out, void *module, const char *name) {
+    static char names[16][32];
+    static int count = 0;
+    int i;
+    (void)module;
+    for (i = 0; i < count; i++) if (strcmp(names[i], name) == 0) { *out = names[i]; return 0; }
+    if (count == 16) return 500;
+    strncpy(names[count], name, 31);
+    *out = names[count++];
+    return 0;
+}
+int cuLaunchKernel(const char *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                   unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
+    int n = strncmp(f, "bias_rows", 9) == 0 ? 4 : 3, i;
+    char args[128] = "";
+    for (i = 0; i < n; i++)
+        snprintf(args + strlen(args), sizeof args - strlen(args), "%s%llu", i ? "," : "",
+                 *(unsigned long long *)params[i]);
+    say("launch %s grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%lx extra=%lx args=%s\n", f, gx, gy,
+        gz, bx, by, bz, smem, (unsigned long)stream, (unsigned long)extra, args);
+    return 0;
+}
+int cuEventRecord(void *e, void *stream) {
+    say("record event=%lx stream=%lx\n", (unsigned long)e, (unsigned long)stream);
+    return 0;
+}
+int cuEventCreate(void **out, unsigned flags) {
+    static unsigned long next = 0xe0;
+    *out = (void *)next++;
+    say("event_create flags=%u\n", flags);
+    return 0;
+}
+#define OK(name) int name() { return 0; }
+#define OK_HANDLE(name) int name(void **out) { *out = (void *)0x10; return 0; }
+OK_HANDLE(cuModuleLoadData)
+#else
 static unsigned long used = 0, next_address = 0x7f0000000000UL;
 int cuMemAlloc_v2(unsigned long *p, unsigned long bytes) {
     if (used + bytes > MEMORY_BUDGET) return 2;
@@ -95,14 +179,15 @@ OK_HANDLE(cuStreamCreate)
 OK_HANDLE(cuEventCreate)
 OK_HANDLE(cuModuleLoadData)
 OK_HANDLE(cuModuleGetFunction)
+OK(cuMemcpyHtoDAsync_v2)
+OK(cuMemcpyDtoHAsync_v2)
+OK(cuLaunchKernel)
+OK(cuEventRecord)
+#endif
 OK(cuCtxSynchronize)
 OK(cuStreamDestroy_v2)
 OK(cuStreamSynchronize)
-OK(cuMemcpyHtoDAsync_v2)
-OK(cuMemcpyDtoHAsync_v2)
 OK(cuModuleUnload)
-OK(cuLaunchKernel)
-OK(cuEventRecord)
 OK(cuEventSynchronize)
 OK(cuEventDestroy_v2)
 int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }

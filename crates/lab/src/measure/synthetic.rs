@@ -1,7 +1,8 @@
 //! The synthetic model's values: a counter-based generator, so that every weight and input
-//! depends only on the seed, a stream number and the element's index. The CUDA input kernel
-//! (`kernels/inputs.cu`) computes the same integers and the same f32 values bit for bit, which is
-//! what lets the numerical check rebuild any input row on the host.
+//! depends only on the seed, a stream number and the element's index. The CUDA input kernels
+//! (`kernels/lab.cu`; lab-cuda's `kernels_on_host` tests compile them for the host and compare)
+//! compute the same integers and the same f32 values bit for bit, which is what lets the
+//! numerical check rebuild any input row on the host.
 
 /// Stream of the synthetic inputs.
 pub const STREAM_INPUTS: u64 = 0;
