@@ -6,12 +6,11 @@
 //! workspace are created on the first product, through the allocator, as PyTorch does, so they
 //! show in the cold forward pass.
 
-use std::collections::HashMap;
 use std::ffi::c_void;
 use std::rc::Rc;
 
 use cudarc::driver::sys::{CUcontext, CUevent, CUfunction, CUstream};
-use lab::alloc::{AllocError, Block, CachingAllocator, Stats};
+use lab::alloc::{Block, Stats, TensorPool};
 use lab::device::{Device, DeviceError, DeviceMemory, Tensor};
 use lab::dtype::DType;
 use lab::environment::{ENVIRONMENT_SCHEMA, Environment};
@@ -40,9 +39,7 @@ pub struct CudaDevice {
     ctx: CUcontext,
     stream: CUstream,
     kernels: Kernels,
-    alloc: CachingAllocator<DriverSegments>,
-    tensors: HashMap<u64, Block>,
-    next_id: u64,
+    tensors: TensorPool<DriverSegments>,
     /// The cuBLAS handle and its workspace block, from the first product on.
     cublas: Option<(blas::Handle, Block)>,
     events: (CUevent, CUevent),
@@ -127,7 +124,7 @@ impl CudaDevice {
             details: Value::Object(details),
         };
         Ok(CudaDevice {
-            alloc: CachingAllocator::new(DriverSegments::new(Rc::clone(&driver))),
+            tensors: TensorPool::new(DriverSegments::new(Rc::clone(&driver))),
             driver,
             blas,
             nvml: nvml.ok(),
@@ -135,8 +132,6 @@ impl CudaDevice {
             ctx,
             stream,
             kernels,
-            tensors: HashMap::new(),
-            next_id: 1,
             cublas: None,
             events,
             cc_major: cc.0,
@@ -145,27 +140,8 @@ impl CudaDevice {
     }
 
     fn ptr(&self, t: &Tensor) -> Result<DevicePtr, DeviceError> {
-        let block = self.tensors.get(&t.id).ok_or_else(|| {
-            DeviceError::Shape(format!("tensor {} is not live on this device", t.id))
-        })?;
-        Ok(self.alloc.segment(block.segment) + block.offset)
-    }
-
-    fn alloc_block(&mut self, bytes: u64, what: &str) -> Result<Block, DeviceError> {
-        self.alloc.allocate(bytes).map_err(|e| match e {
-            AllocError::OutOfMemory {
-                requested,
-                allocated,
-                reserved,
-                ..
-            } => DeviceError::OutOfMemory {
-                what: what.to_string(),
-                requested,
-                allocated,
-                reserved,
-            },
-            AllocError::ZeroBytes => DeviceError::Shape(format!("{what} has no element")),
-        })
+        let block = self.tensors.block(t)?;
+        Ok(self.tensors.allocator().segment(block.segment) + block.offset)
     }
 
     /// The cuBLAS handle, created with its workspace on first use.
@@ -174,18 +150,21 @@ impl CudaDevice {
             return Ok(*h);
         }
         let h = self.blas.create_handle(self.stream).map_err(backend)?;
-        let block = match self.alloc_block(workspace_bytes(self.cc_major), "cuBLAS workspace") {
+        let block = match self
+            .tensors
+            .allocate_bytes(workspace_bytes(self.cc_major), "cuBLAS workspace")
+        {
             Ok(b) => b,
             Err(e) => {
                 self.blas.destroy_handle(h);
                 return Err(e);
             }
         };
-        let ptr = self.alloc.segment(block.segment) + block.offset;
+        let ptr = self.tensors.allocator().segment(block.segment) + block.offset;
         // SAFETY: the block stays allocated until `Drop`, which destroys the handle first.
         if let Err(e) = unsafe { self.blas.set_workspace(h, ptr, block.size) } {
             self.blas.destroy_handle(h);
-            self.alloc.free(block);
+            self.tensors.allocator_mut().free(block);
             return Err(backend(e));
         }
         self.cublas = Some((h, block));
@@ -297,11 +276,11 @@ impl Device for CudaDevice {
     }
 
     fn stats(&self) -> Stats {
-        self.alloc.stats()
+        self.tensors.stats()
     }
 
     fn reset_peaks(&mut self) {
-        self.alloc.reset_peaks();
+        self.tensors.reset_peaks();
     }
 
     fn device_memory(&mut self) -> Result<Option<DeviceMemory>, DeviceError> {
@@ -320,26 +299,11 @@ impl Device for CudaDevice {
         dtype: DType,
         what: &str,
     ) -> Result<Tensor, DeviceError> {
-        let bytes = (rows as u64)
-            .checked_mul(cols as u64)
-            .and_then(|n| n.checked_mul(dtype.size_bytes()))
-            .ok_or_else(|| DeviceError::Shape(format!("{what}: {rows}x{cols} overflows")))?;
-        let block = self.alloc_block(bytes, what)?;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.tensors.insert(id, block);
-        Ok(Tensor {
-            id,
-            rows,
-            cols,
-            dtype,
-        })
+        self.tensors.allocate(rows, cols, dtype, what)
     }
 
     fn free(&mut self, tensor: Tensor) {
-        if let Some(block) = self.tensors.remove(&tensor.id) {
-            self.alloc.free(block);
-        }
+        self.tensors.free(tensor);
     }
 
     fn upload(&mut self, tensor: &Tensor, values: &[f32]) -> Result<(), DeviceError> {
@@ -456,12 +420,10 @@ impl Drop for CudaDevice {
         let _ = self.driver.ctx_synchronize();
         if let Some((h, block)) = self.cublas.take() {
             self.blas.destroy_handle(h);
-            self.alloc.free(block);
+            self.tensors.allocator_mut().free(block);
         }
-        for (_, block) in self.tensors.drain() {
-            self.alloc.free(block);
-        }
-        self.alloc.empty_cache();
+        self.tensors.free_all();
+        self.tensors.allocator_mut().empty_cache();
         self.kernels.unload(&self.driver);
         self.driver.event_destroy(self.events.0);
         self.driver.event_destroy(self.events.1);

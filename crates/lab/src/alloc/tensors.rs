@@ -75,6 +75,13 @@ impl<S: SegmentSource> TensorPool<S> {
         }
     }
 
+    /// Returns every live tensor's block to the cache (a device being torn down).
+    pub fn free_all(&mut self) {
+        for (_, block) in self.blocks.drain() {
+            self.allocator.free(block);
+        }
+    }
+
     /// The block behind a live tensor.
     pub fn block(&self, tensor: &Tensor) -> Result<&Block, DeviceError> {
         self.blocks.get(&tensor.id).ok_or_else(|| {
