@@ -35,6 +35,11 @@ pub enum Command {
     Record(crate::cmd::record::Args),
     /// Price one accepted useful unit per package, from the results grid and the catalogue.
     Cost(crate::cmd::cost::Args),
+    /// Measure one dimension at a time over a list or range of values, each point in a new
+    /// process, stopping at the first point that would not fit; writes summary.csv.
+    Sweep(crate::cmd::sweep::Args),
+    /// Turn measurement documents and sweep folders into one self-contained HTML report.
+    Report(crate::cmd::report::Args),
 }
 
 #[cfg(test)]

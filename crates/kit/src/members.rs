@@ -37,8 +37,7 @@ pub const MEMBERS: &[Member] = &[
     repo_file!("docs/quality-protocol.md"),
     repo_file!("data/resultats-bruts.csv"),
     repo_file!("data/tarifs-forfaits.csv"),
-    // The notebook joins with one line once it is in the repository:
-    // repo_file!("notebooks/iteragpu-lab.ipynb"),
+    repo_file!("notebooks/iteragpu-lab.ipynb"),
 ];
 
 #[cfg(test)]
@@ -69,5 +68,21 @@ mod tests {
         let text = std::str::from_utf8(grid.bytes).unwrap();
         assert_eq!(text.lines().count(), 1, "the shipped grid must be empty");
         assert!(text.starts_with("run_id,date_utc,"));
+    }
+
+    #[test]
+    fn the_notebook_ships_without_outputs() {
+        let nb = MEMBERS
+            .iter()
+            .find(|m| m.path == "notebooks/iteragpu-lab.ipynb")
+            .expect("the notebook is a member");
+        let doc: serde_json::Value = serde_json::from_slice(nb.bytes).unwrap();
+        assert_eq!(doc["nbformat"], 4);
+        let cells = doc["cells"].as_array().unwrap();
+        assert!(cells.iter().any(|c| c["cell_type"] == "code"));
+        for c in cells.iter().filter(|c| c["cell_type"] == "code") {
+            assert_eq!(c["outputs"], serde_json::json!([]));
+            assert!(c["execution_count"].is_null());
+        }
     }
 }

@@ -50,6 +50,28 @@ pub struct Args {
     /// Hidden width of the first layer's output [default: 4 x width].
     #[arg(long)]
     pub hidden: Option<usize>,
+    /// Storage type, passes, seed and math mode (shared with `sweep`).
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// Refuse the run before any device work when the pre-flight estimate of its peak exceeds
+    /// the device's free memory times this fraction (0 < F <= 1).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_fraction, value_name = "F")]
+    pub max_memory_fraction: f64,
+    /// Refuse the run when the pre-flight estimate exceeds this many bytes, whatever is free
+    /// (a share of a GPU someone else uses too): 1073741824, 512MiB, 6GiB.
+    #[arg(long, value_parser = parse_max_memory, value_name = "BYTES")]
+    pub max_memory: Option<u64>,
+    /// The JSON document to create; it must not exist yet.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Print the document on stdout instead of the summary table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The options `measure` and `sweep` share besides the shape: storage type, passes, seed, math.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOptions {
     /// Storage type of weights, inputs and activations (products accumulate in float32).
     #[arg(long, default_value = "float32", value_parser = ["float32", "float16", "bfloat16"])]
     pub dtype: String,
@@ -65,17 +87,52 @@ pub struct Args {
     /// Let float32 products use TF32 on GPUs that have it (recorded; no effect on the CPU).
     #[arg(long)]
     pub allow_tf32: bool,
-    /// The JSON document to create; it must not exist yet.
-    #[arg(long)]
-    pub output: PathBuf,
-    /// Print the document on stdout instead of the summary table.
-    #[arg(long)]
-    pub json: bool,
+}
+
+impl RunOptions {
+    /// The options as `measure` arguments, for a child process.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut a = vec![
+            "--dtype".to_string(),
+            self.dtype.clone(),
+            "--warmup".to_string(),
+            self.warmup.to_string(),
+            "--repeats".to_string(),
+            self.repeats.to_string(),
+            "--seed".to_string(),
+            self.seed.to_string(),
+        ];
+        if self.allow_tf32 {
+            a.push("--allow-tf32".to_string());
+        }
+        a
+    }
+}
+
+/// Starts the stderr sentence of a pre-flight refusal, so that `sweep` can tell "would not fit"
+/// from any other failure of its child process (the same binary: the two always agree).
+pub const WOULD_NOT_FIT: &str = "would not fit: ";
+
+/// `--max-memory-fraction`: a finite number in (0, 1].
+pub fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 && f <= 1.0 => Ok(f),
+        _ => Err(format!(
+            "`{text}` is not a fraction of the free memory: expected a number above 0 and at \
+             most 1, such as 0.9"
+        )),
+    }
+}
+
+/// `--max-memory`: a byte count with an optional binary suffix.
+pub fn parse_max_memory(text: &str) -> Result<u64, String> {
+    sweep::parse_bytes(text).map_err(|e| e.to_string())
 }
 
 /// Runs `measure`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let dtype: DType = args
+        .run
         .dtype
         .parse()
         .map_err(|e| usage(format!("--dtype: {e}")))?;
@@ -86,10 +143,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         width: args.width,
         hidden: args.hidden,
         dtype,
-        warmup: args.warmup,
-        repeats: args.repeats,
-        seed: args.seed,
-        allow_tf32: args.allow_tf32,
+        warmup: args.run.warmup,
+        repeats: args.run.repeats,
+        seed: args.run.seed,
+        allow_tf32: args.run.allow_tf32,
     })
     .map_err(|e| usage(e.to_string()))?;
     // Refused before any device work: an existing file is never touched.
@@ -101,7 +158,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let doc = if args.device == "cpu" {
         let mut device = CpuDevice::new(tool.clone());
         let device_init_seconds = init.elapsed().as_secs_f64();
-        measure_on(&mut device, &plan, tool, started_utc, device_init_seconds)?
+        measure_on(
+            &mut device,
+            &plan,
+            &args,
+            tool,
+            started_utc,
+            device_init_seconds,
+        )?
     } else if let Some(ordinal) = lab_cuda::parse_ordinal(&args.device) {
         let mut device = match lab_cuda::CudaDevice::open(ordinal, tool.clone()) {
             Ok(device) => device,
@@ -121,7 +185,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         let device_init_seconds = init.elapsed().as_secs_f64();
-        measure_on(&mut device, &plan, tool, started_utc, device_init_seconds)?
+        measure_on(
+            &mut device,
+            &plan,
+            &args,
+            tool,
+            started_utc,
+            device_init_seconds,
+        )?
     } else {
         return Err(usage(format!(
             "--device {:?} is not a device: use cuda:N (for example cuda:0) or cpu",
@@ -135,6 +206,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn measure_on<D: Device>(
     device: &mut D,
     plan: &Plan,
+    args: &Args,
     tool: ToolInfo,
     started_utc: String,
     device_init_seconds: f64,
@@ -143,7 +215,15 @@ fn measure_on<D: Device>(
     let available = device
         .available_bytes()
         .context("could not read the device's free memory for the pre-flight check")?;
-    preflight::check_fits(needed, available, 1.0)?;
+    // Refused with a sentence `sweep` recognises (see WOULD_NOT_FIT); nothing is written.
+    let refuse = |e: preflight::WouldNotFit| anyhow::anyhow!("{WOULD_NOT_FIT}{e}");
+    preflight::check_fits(needed, available, args.max_memory_fraction).map_err(refuse)?;
+    if let Some(cap) = args.max_memory {
+        preflight::check_fits(needed, Some(cap), 1.0).map_err(|mut e| {
+            e.fraction = format!(" under --max-memory {cap}");
+            refuse(e)
+        })?;
+    }
     let info = RunInfo {
         tool,
         started_utc,

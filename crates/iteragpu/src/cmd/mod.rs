@@ -8,6 +8,8 @@ pub mod measure;
 pub mod price;
 pub mod protocol;
 pub mod record;
+pub mod report;
+pub mod sweep;
 pub mod verify;
 
 use std::process::ExitCode;
@@ -26,5 +28,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Protocol(args) => protocol::run(args),
         Command::Record(args) => record::run(args),
         Command::Cost(args) => cost::run(args),
+        Command::Sweep(args) => sweep::run(args),
+        Command::Report(args) => report::run(args),
     }
 }

@@ -99,6 +99,7 @@ fn json_is_one_document_with_the_manifest() {
         "docs/quality-protocol.md",
         "data/resultats-bruts.csv",
         "data/tarifs-forfaits.csv",
+        "notebooks/iteragpu-lab.ipynb",
         "SHA256SUMS",
     ] {
         assert!(

@@ -5,6 +5,8 @@ mod estimate;
 mod kit;
 mod ledger;
 mod price;
+mod report;
+mod sweep;
 
 mod measure;
 mod stubs;

@@ -1,0 +1,79 @@
+//! `iteragpu report`: measurement documents and sweep folders as one self-contained HTML page.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use lab::files;
+use report::{Meta, ReportError};
+use serde::Serialize;
+
+use crate::exit::usage;
+use crate::output;
+
+/// Options of `report`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu report runs --output report.html
+  iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html
+
+The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a
+Content-Security-Policy forbids every fetch). Runs side by side share their axes.")]
+pub struct Args {
+    /// Measurement documents (.json) and folders: a folder holding summary.csv is a sweep; any
+    /// other folder contributes every .json document in it.
+    #[arg(required = true, value_name = "FILES_OR_DIRS")]
+    pub inputs: Vec<PathBuf>,
+    /// The HTML file to create; it must not exist yet.
+    #[arg(long)]
+    pub output: PathBuf,
+    /// Print what was written as JSON instead of a sentence.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `report --json` prints.
+#[derive(Debug, Serialize)]
+struct Written {
+    output: PathBuf,
+    runs: usize,
+    sweeps: usize,
+    charts: usize,
+    bytes: usize,
+}
+
+/// Runs `report`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
+    let inputs = report::load(&args.inputs).map_err(|e| match e {
+        ReportError::Missing(_) => usage(e.to_string()),
+        other => anyhow::Error::new(other),
+    })?;
+    let meta = Meta {
+        tool: format!("iteragpu {}", env!("CARGO_PKG_VERSION")),
+        generated_utc: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
+    };
+    let html = report::render(&inputs, &meta)?;
+    files::write_new(&args.output, html.as_bytes())?;
+    let written = Written {
+        output: args.output.clone(),
+        runs: inputs.runs.len(),
+        sweeps: inputs.sweeps.len(),
+        charts: html.matches("<figure class=\"chart\"").count(),
+        bytes: html.len(),
+    };
+    if args.json {
+        output::print_json(&written)?;
+    } else {
+        output::print_text(&format!(
+            "wrote {}: {} run(s), {} sweep(s), {} charts ({} bytes, self-contained)\n",
+            written.output.display(),
+            written.runs,
+            written.sweeps,
+            written.charts,
+            written.bytes
+        ))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

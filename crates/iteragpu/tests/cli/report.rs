@@ -1,0 +1,368 @@
+//! `iteragpu report` end to end: documents and a sweep of the CPU reference device become one
+//! self-contained page, which a real browser (headless Chromium) renders without a console error,
+//! with every chart drawn.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn iteragpu() -> Command {
+    Command::cargo_bin("iteragpu").unwrap()
+}
+
+/// Real runs of the CPU reference device: a three-point sweep and two single measurements.
+fn runs(dir: &Path) {
+    iteragpu()
+        .current_dir(dir)
+        .args(["sweep", "--device", "cpu", "--batch", "1", "--context", "8"])
+        .args(["--width", "16..64:x2", "--warmup", "1", "--repeats", "2"])
+        .args(["--output-dir", "sweep"])
+        .assert()
+        .success();
+    for (file, dtype, width) in [("a.json", "float32", "32"), ("b.json", "bfloat16", "64")] {
+        iteragpu()
+            .current_dir(dir)
+            .args([
+                "measure",
+                "--device",
+                "cpu",
+                "--batch",
+                "2",
+                "--context",
+                "8",
+            ])
+            .args(["--width", width, "--dtype", dtype, "--repeats", "3"])
+            .args(["--output", file])
+            .assert()
+            .success();
+    }
+}
+
+#[test]
+fn the_report_is_one_self_contained_page_with_every_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    runs(dir.path());
+    let out = iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "report", "sweep", "a.json", "b.json", "--output", "r.html", "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let written: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (&written["runs"], &written["sweeps"], &written["charts"]),
+        (&Value::from(2), &Value::from(1), &Value::from(7))
+    );
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    assert_eq!(html.matches("<svg").count(), 7);
+    for title in [
+        "Warm forward time against width",
+        "Peak memory against width",
+        "Achieved throughput against width",
+        "Time per phase: wall clock vs device",
+        "Memory per phase: allocated and reserved",
+        "bytes (MiB)",
+        "time (ms, log scale)",
+        "allocated peak",
+        "Environment",
+    ] {
+        assert!(html.contains(title), "missing {title:?}");
+    }
+    // Self-contained: nothing is loaded from anywhere.
+    for external in [
+        "<script", "<link", "src=", "@import", "url(", "http://", "https://",
+    ] {
+        let hits: Vec<_> = html
+            .match_indices(external)
+            .filter(|(i, _)| !html[*i..].starts_with("http://www.w3.org/2000/svg"))
+            .collect();
+        assert!(hits.is_empty(), "the page refers to {external}");
+    }
+}
+
+#[test]
+fn text_from_documents_is_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    runs(dir.path());
+    let mut doc: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("a.json")).unwrap()).unwrap();
+    let evil = "<script>alert('x')</script>&<b>";
+    doc["environment"]["details"]["cpu_model"] = Value::from(evil);
+    doc["started_utc"] = Value::from(evil);
+    let name = "<img src=x onerror=alert(1)>.json";
+    std::fs::write(dir.path().join(name), serde_json::to_vec(&doc).unwrap()).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", name, "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    assert!(!html.contains("<script") && !html.contains("<img") && !html.contains("<b>"));
+    assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;&amp;&lt;b&gt;"));
+    assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;.json"));
+}
+
+#[test]
+fn refusals() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.html"), "precious").unwrap();
+    std::fs::write(
+        dir.path().join("x.json"),
+        "{\"schema\": \"iteragpu.environment/1\"}",
+    )
+    .unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "x.json", "--output", "r.html"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("r.html already exists"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("r.html")).unwrap(),
+        "precious"
+    );
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "nope", "--output", "new.html"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("nope does not exist"));
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "x.json", "--output", "new.html"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "x.json is not a measurement document (its schema is \"iteragpu.environment/1\")",
+        ));
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "empty", "--output", "new.html"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains("holds no summary.csv"));
+    assert!(!dir.path().join("new.html").exists());
+}
+
+/// Chromium on this machine: `CHROMIUM` names it, else the usual names on the PATH.
+fn chromium() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("CHROMIUM") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .flat_map(|d| {
+            ["chromium", "chromium-browser", "google-chrome"]
+                .into_iter()
+                .map(move |n| d.join(n))
+        })
+        .find(|p| p.is_file())
+}
+
+/// Runs Chromium headless on a page and returns (stdout, stderr); killed after two minutes.
+fn headless(browser: &Path, profile: &Path, extra: &[String], page: &Path) -> (String, String) {
+    let mut child = Process::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("chromium starts");
+    // Read the pipes on threads so a chatty browser never blocks on a full pipe.
+    let mut so = child.stdout.take().unwrap();
+    let mut se = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut so, &mut s).ok();
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut se, &mut s).ok();
+        s
+    });
+    let start = Instant::now();
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("chromium did not finish within two minutes");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (out.join().unwrap(), err.join().unwrap())
+}
+
+/// Added to a copy of the page (never to the report itself, which has no script): records
+/// every error the page raises (script errors, failed loads, Content-Security-Policy
+/// violations, console.error) and, once loaded, measures every chart, then writes the results
+/// into the DOM for `--dump-dom`.
+const PROBE: &str = r#"<script>
+window.__errors = [];
+const __error = console.error;
+console.error = (...a) => { window.__errors.push('console.error: ' + a.join(' ')); __error(...a); };
+window.addEventListener('error', e => window.__errors.push('error: ' + (e.message || (e.target && (e.target.src || e.target.href)) || 'a resource failed')), true);
+document.addEventListener('securitypolicyviolation', e => window.__errors.push('csp: ' + e.violatedDirective + ' ' + e.blockedURI));
+window.addEventListener('load', () => {
+  const charts = [...document.querySelectorAll('figure.chart')].map(f => {
+    const svg = f.querySelector('svg');
+    if (!svg) return { kind: f.dataset.chart, svg: false };
+    const box = svg.getBoundingClientRect();
+    const drawn = svg.getBBox();
+    return {
+      kind: f.dataset.chart, svg: true, width: box.width, height: box.height,
+      drawn_width: drawn.width, drawn_height: drawn.height,
+      marks: svg.querySelectorAll('rect, polyline, path, circle, line').length,
+      texts: [...svg.querySelectorAll('text')].filter(t => t.getComputedTextLength() > 0).map(t => t.textContent.trim()),
+    };
+  });
+  const pre = document.createElement('pre');
+  pre.id = 'iteragpu-probe';
+  pre.textContent = JSON.stringify({ charts, errors: window.__errors });
+  document.body.appendChild(pre);
+});
+</script>"#;
+
+#[test]
+fn chromium_renders_every_chart_without_a_console_error() {
+    let Some(browser) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but no Chromium was found: .ci/run installs Debian's `chromium`");
+        }
+        eprintln!(
+            "SKIPPED chromium_renders_every_chart_without_a_console_error: no chromium on the \
+             PATH (apt-get install chromium, or set CHROMIUM); CI always runs it"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    runs(dir.path());
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "sweep", "a.json", "b.json", "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    // The probe needs inline script, which the page's policy otherwise forbids; nothing else
+    // about the policy changes.
+    let csp = "content=\"default-src 'none';";
+    assert!(html.contains(csp));
+    let probed = html
+        .replacen(
+            csp,
+            "content=\"default-src 'none'; script-src 'unsafe-inline';",
+            1,
+        )
+        .replacen("<style>", &format!("{PROBE}\n<style>"), 1);
+    let page = dir.path().join("probed.html");
+    std::fs::write(&page, probed).unwrap();
+
+    let profile = tempfile::tempdir().unwrap();
+    let (dom, log) = headless(
+        &browser,
+        profile.path(),
+        &["--dump-dom".into(), "--virtual-time-budget=5000".into()],
+        &page,
+    );
+    let start = dom
+        .find("<pre id=\"iteragpu-probe\">")
+        .unwrap_or_else(|| panic!("the probe did not run; browser log:\n{log}"))
+        + "<pre id=\"iteragpu-probe\">".len();
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let text = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let probe: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(
+        probe["errors"],
+        Value::Array(vec![]),
+        "page errors: {probe}"
+    );
+    let console: Vec<&str> = log.lines().filter(|l| l.contains(":CONSOLE")).collect();
+    assert!(console.is_empty(), "console messages: {console:#?}");
+
+    let charts = probe["charts"].as_array().unwrap();
+    let kinds: Vec<&str> = charts.iter().map(|c| c["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "sweep-time",
+            "sweep-memory",
+            "sweep-flops",
+            "phase-time",
+            "phase-memory",
+            "phase-time",
+            "phase-memory"
+        ]
+    );
+    for c in charts {
+        assert_eq!(c["svg"], true, "{c}");
+        assert!(c["width"].as_f64().unwrap() >= 500.0, "{c}");
+        assert!(c["height"].as_f64().unwrap() >= 300.0, "{c}");
+        assert!(c["drawn_width"].as_f64().unwrap() >= 400.0, "{c}");
+        // Axes, grid, bars or curves and markers: far more than an empty frame.
+        assert!(c["marks"].as_u64().unwrap() >= 20, "{c}");
+        let texts: Vec<&str> = c["texts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_str().unwrap())
+            .collect();
+        assert!(
+            texts.len() >= 8,
+            "title, axis labels, ticks, legend: {texts:?}"
+        );
+    }
+    let sweep_time = &charts[0]["texts"];
+    for label in ["16", "32", "64", "width (log scale)", "sweep wall"] {
+        assert!(
+            sweep_time.as_array().unwrap().iter().any(|t| t == label),
+            "{label:?} not in {sweep_time}"
+        );
+    }
+
+    // And a picture of it, kept with the test outputs.
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-screenshot.png");
+    std::fs::remove_file(&shot).ok();
+    let profile = tempfile::tempdir().unwrap();
+    headless(
+        &browser,
+        profile.path(),
+        &[
+            format!("--screenshot={}", shot.display()),
+            "--window-size=1400,2400".into(),
+        ],
+        &dir.path().join("r.html"),
+    );
+    let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000);
+    eprintln!("screenshot: {}", shot.display());
+}

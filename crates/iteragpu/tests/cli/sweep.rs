@@ -1,0 +1,271 @@
+//! `iteragpu sweep` end to end on the CPU reference device: the summary, the stopping rules, and
+//! the refusals.
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+use serde_json::Value;
+
+fn iteragpu() -> Command {
+    Command::cargo_bin("iteragpu").unwrap()
+}
+
+/// A small CPU sweep over `width`; `extra` adds options.
+fn sweep(dir: &Path, width: &str, extra: &[&str]) -> assert_cmd::assert::Assert {
+    iteragpu()
+        .current_dir(dir)
+        .args(["sweep", "--device", "cpu", "--batch", "1", "--context", "8"])
+        .args(["--width", width, "--warmup", "1", "--repeats", "2"])
+        .args(["--output-dir", "runs"])
+        .args(extra)
+        .assert()
+}
+
+fn summary(dir: &Path) -> Vec<csv::StringRecord> {
+    let mut r = csv::Reader::from_path(dir.join("runs/summary.csv")).unwrap();
+    assert_eq!(
+        r.headers().unwrap().iter().collect::<Vec<_>>(),
+        [
+            "dimension",
+            "value",
+            "batch",
+            "context",
+            "width",
+            "hidden",
+            "dtype",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "warm_forward_median_wall_seconds",
+            "warm_forward_median_device_seconds",
+            "achieved_flops_per_second",
+            "check_passed",
+            "status",
+            "reason",
+            "file"
+        ]
+    );
+    r.records().map(Result::unwrap).collect()
+}
+
+/// The pre-flight estimate `measure` records for a shape (the ceiling tests are built on it).
+fn estimate(dir: &Path, width: usize) -> u64 {
+    let file = format!("estimate-{width}.json");
+    let out = iteragpu()
+        .current_dir(dir)
+        .args([
+            "measure",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "8",
+        ])
+        .args([
+            "--width",
+            &width.to_string(),
+            "--warmup",
+            "1",
+            "--repeats",
+            "2",
+        ])
+        .args(["--output", &file, "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let doc: Value = serde_json::from_slice(&out).unwrap();
+    doc["preflight"]["estimated_peak_reserved_bytes"]
+        .as_u64()
+        .unwrap()
+}
+
+#[test]
+fn a_cpu_sweep_writes_one_document_and_one_row_per_point() {
+    let dir = tempfile::tempdir().unwrap();
+    sweep(dir.path(), "16..64:x2", &[])
+        .success()
+        .stdout(predicate::str::contains("all 3 points measured"))
+        .stderr(predicate::str::contains("[3/3] width 64: ok"));
+    let rows = summary(dir.path());
+    assert_eq!(rows.len(), 3);
+    for (row, width) in rows.iter().zip([16, 32, 64]) {
+        let w = width.to_string();
+        let hidden = (4 * width).to_string();
+        assert_eq!(&row[0], "width");
+        assert_eq!(&row[1], w.as_str());
+        assert_eq!((&row[4], &row[5]), (w.as_str(), hidden.as_str()));
+        assert_eq!(&row[6], "float32");
+        assert_eq!(&row[10], "", "the CPU has no device clock");
+        assert_eq!((&row[12], &row[13], &row[14]), ("true", "ok", ""));
+        let file = format!("point-width-{width}.json");
+        assert_eq!(&row[15], file.as_str());
+        // The row's figures are the document's.
+        let doc: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join("runs").join(&file)).unwrap())
+                .unwrap();
+        assert_eq!(doc["configuration"]["width"], width);
+        assert_eq!(doc["complete"], true);
+        let peak = doc["phases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["memory"]["peak_reserved_bytes"].as_u64().unwrap())
+            .max()
+            .unwrap();
+        assert_eq!(row[8].parse::<u64>().unwrap(), peak);
+        let flops = doc["synthetic_model"]["forward_flops"].as_f64().unwrap();
+        let wall: f64 = row[9].parse().unwrap();
+        let achieved: f64 = row[11].parse().unwrap();
+        assert!((achieved * wall - flops).abs() <= 1e-9 * flops);
+    }
+    // Only the documents and the summary: no temporary file.
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("runs")).unwrap().count(),
+        4
+    );
+}
+
+#[test]
+fn a_memory_ceiling_stops_the_sweep_there_and_keeps_the_earlier_points() {
+    let dir = tempfile::tempdir().unwrap();
+    // A ceiling between the estimates of width 128 and width 256 (segments round small runs up
+    // to the same 2 MiB, so the widths must differ enough): 64 and 128 fit, 256 must not.
+    let (fits, refused) = (estimate(dir.path(), 128), estimate(dir.path(), 256));
+    assert!(fits < refused, "{fits} < {refused}");
+    let ceiling = (fits + refused) / 2;
+    let out = sweep(
+        dir.path(),
+        "64..512:x2",
+        &["--max-memory", &ceiling.to_string(), "--json"],
+    )
+    .success()
+    .stderr(predicate::str::contains(
+        "stopped at width 256: would_not_fit",
+    ))
+    .stderr(predicate::str::contains("1 later point(s) not run"))
+    .get_output()
+    .stdout
+    .clone();
+    let printed: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(printed["stopped"], "memory_limit");
+    assert_eq!(printed["rows"].as_array().unwrap().len(), 3);
+    let rows = summary(dir.path());
+    let statuses: Vec<&str> = rows.iter().map(|r| &r[13]).collect();
+    assert_eq!(statuses, ["ok", "ok", "would_not_fit"]);
+    let reason = &rows[2][14];
+    assert!(
+        reason.contains(&format!("needs an estimated {refused} bytes"))
+            && reason.contains(&format!("--max-memory {ceiling}")),
+        "{reason}"
+    );
+    assert_eq!(&rows[2][15], "", "a refused point writes no document");
+    // The earlier points are intact; the refused one and the one after it were never written.
+    let runs = dir.path().join("runs");
+    for (width, kept) in [(64, true), (128, true), (256, false), (512, false)] {
+        let doc = runs.join(format!("point-width-{width}.json"));
+        assert_eq!(doc.is_file(), kept, "{}", doc.display());
+        if kept {
+            let doc: Value = serde_json::from_slice(&std::fs::read(doc).unwrap()).unwrap();
+            assert_eq!(doc["complete"], true);
+        }
+    }
+}
+
+#[test]
+fn a_ceiling_below_the_first_point_measures_nothing_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    sweep(dir.path(), "16,32", &["--max-memory-fraction", "1e-9"])
+        .code(1)
+        .stderr(predicate::str::contains(
+            "stopped at width 16: would_not_fit",
+        ))
+        .stderr(predicate::str::contains("(free memory x 0.000000001)"));
+    let rows = summary(dir.path());
+    assert_eq!(rows.len(), 1);
+    assert_eq!(&rows[0][13], "would_not_fit");
+}
+
+#[test]
+fn measure_refuses_above_its_ceilings_before_writing_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["measure", "--device", "cpu", "--max-memory", "1KiB"])
+        .args(["--output", "m.json"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::starts_with(
+            "iteragpu: error: would not fit: this run needs an estimated",
+        ));
+    assert!(!dir.path().join("m.json").exists());
+    for bad in ["0", "1.5", "-0.5", "nan", "inf"] {
+        iteragpu()
+            .current_dir(dir.path())
+            .args(["measure", "--device", "cpu", "--output", "m.json"])
+            .arg(format!("--max-memory-fraction={bad}"))
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("above 0 and at most 1"));
+    }
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    sweep(dir.path(), "64", &[])
+        .code(2)
+        .stderr(predicate::str::contains("none was"));
+    iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "sweep", "--device", "cpu", "--batch", "1,2", "--width", "16,32",
+        ])
+        .args(["--output-dir", "runs"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--batch and --width were"));
+    sweep(dir.path(), "64..16:x2", &[])
+        .code(2)
+        .stderr(predicate::str::contains("starts above its end"));
+    sweep(dir.path(), "16..64", &[])
+        .code(2)
+        .stderr(predicate::str::contains("has no step"));
+    sweep(dir.path(), "16,32", &["--max-memory", "lots"])
+        .code(2)
+        .stderr(predicate::str::contains("`lots` is not a byte count"));
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["sweep", "--device", "tpu:0", "--width", "16,32"])
+        .args(["--output-dir", "runs"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("\"tpu:0\" is not a device"));
+    // Nothing was created by a refused sweep.
+    assert!(!dir.path().join("runs").exists());
+    std::fs::create_dir(dir.path().join("runs")).unwrap();
+    std::fs::write(dir.path().join("runs/old.json"), "{}").unwrap();
+    sweep(dir.path(), "16,32", &[])
+        .code(2)
+        .stderr(predicate::str::contains("runs is not empty"));
+}
+
+#[test]
+fn no_usable_gpu_ends_the_sweep_with_exit_2_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        // No driver can be found: the same refusal as `measure --device cuda:0` without a GPU.
+        .env("LD_LIBRARY_PATH", dir.path())
+        .env("CUDA_PATH", dir.path())
+        .args(["sweep", "--device", "cuda:0", "--width", "16,32"])
+        .args(["--output-dir", "runs"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("no usable GPU"));
+    let rows = summary(dir.path());
+    assert_eq!(rows.len(), 1);
+    assert_eq!(&rows[0][13], "failed");
+}

@@ -1,0 +1,377 @@
+//! The charts, drawn with plotters' SVG backend into strings.
+
+use std::ops::Range;
+
+use plotters::coord::Shift;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::types::RangedCoordf64;
+use plotters::prelude::*;
+
+use lab::measure::document::{Phase, PhaseRow};
+
+use crate::load::{ReportError, Run};
+use crate::units::{Unit, bytes_unit, tick};
+
+const FONT: &str = "sans-serif";
+const WALL: RGBColor = RGBColor(31, 119, 180);
+const DEVICE: RGBColor = RGBColor(255, 127, 14);
+/// Allocated baseline, end, peak (blues), then reserved baseline, end, peak (oranges).
+const MEMORY: [(RGBColor, &str); 6] = [
+    (RGBColor(158, 202, 225), "allocated baseline"),
+    (RGBColor(66, 146, 198), "allocated end"),
+    (RGBColor(8, 69, 148), "allocated peak"),
+    (RGBColor(253, 208, 162), "reserved baseline"),
+    (RGBColor(253, 141, 60), "reserved end"),
+    (RGBColor(166, 54, 3), "reserved peak"),
+];
+/// One colour per sweep or run in line charts.
+pub(crate) const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(255, 127, 14),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+];
+
+/// An axis whose ticks sit exactly at given values (the phases' centres, a sweep's points)
+/// instead of at round numbers, over any f64 axis (linear or logarithmic).
+struct Keyed<R> {
+    inner: R,
+    keys: Vec<f64>,
+}
+
+impl<R: Ranged<ValueType = f64>> Ranged for Keyed<R> {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        self.inner.map(value, limit)
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        // Light (unlabelled) grid lines are asked for separately; only the bold ones get keys.
+        if hint.weight().allow_light_points() {
+            Vec::new()
+        } else {
+            self.keys.clone()
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        self.inner.range()
+    }
+
+    fn axis_pixel_range(&self, limit: (i32, i32)) -> Range<i32> {
+        self.inner.axis_pixel_range(limit)
+    }
+}
+
+fn keyed<R: Ranged<ValueType = f64>>(inner: R, keys: Vec<f64>) -> Keyed<R> {
+    Keyed { inner, keys }
+}
+
+type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// Draws into an SVG string of `size` pixels.
+fn svg(
+    title: &str,
+    size: (u32, u32),
+    f: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Drawn,
+) -> Result<String, ReportError> {
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        let drawn = root
+            .fill(&WHITE)
+            .map_err(Into::into)
+            .and_then(|()| f(&root))
+            .and_then(|()| root.present().map_err(Into::into));
+        drawn.map_err(|e| ReportError::Chart {
+            chart: title.to_string(),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(out)
+}
+
+/// Axes shared by every run's phase charts, so runs side by side compare directly.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PhaseAxes {
+    /// Log-scale time range in milliseconds.
+    pub time_ms: (f64, f64),
+    /// Unit of the memory axis.
+    pub memory: Unit,
+    /// Top of the memory axis, in bytes.
+    pub memory_max: f64,
+}
+
+impl PhaseAxes {
+    pub(crate) fn of(runs: &[&Run]) -> PhaseAxes {
+        let times = runs.iter().flat_map(|r| {
+            r.doc.phases.iter().flat_map(|p| {
+                std::iter::once(p.wall_seconds * 1e3).chain(p.device_seconds.map(|d| d * 1e3))
+            })
+        });
+        let memory_max = runs
+            .iter()
+            .flat_map(|r| r.doc.phases.iter())
+            .map(|p| {
+                p.memory
+                    .peak_reserved_bytes
+                    .max(p.memory.peak_allocated_bytes) as f64
+            })
+            .fold(0.0, f64::max);
+        PhaseAxes {
+            time_ms: log_range(times, 3.0),
+            memory: bytes_unit(memory_max),
+            memory_max: memory_max.max(1.0),
+        }
+    }
+}
+
+/// A power-of-ten range around the positive values, with `headroom` above the largest (room
+/// for the legend).
+fn log_range(values: impl Iterator<Item = f64>, headroom: f64) -> (f64, f64) {
+    let (min, max) = values
+        .filter(|v| *v > 0.0 && v.is_finite())
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if !min.is_finite() {
+        return (1e-3, 1.0);
+    }
+    let lo = 10f64.powf(min.log10().floor());
+    let hi = 10f64.powf((max * headroom).log10().ceil());
+    (lo, if hi > lo { hi } else { lo * 10.0 })
+}
+
+fn phase_label(row: &PhaseRow) -> String {
+    match row.phase {
+        Phase::ModelLoad => "load".to_string(),
+        Phase::Inputs => "inputs".to_string(),
+        Phase::ColdForward => "cold".to_string(),
+        Phase::Warmup => "warmup".to_string(),
+        Phase::WarmForward => format!("warm {}", row.index),
+    }
+}
+
+fn width_for(categories: usize) -> u32 {
+    (80 * categories as u32).max(600)
+}
+
+/// Wall-clock vs device time of every phase row, bars on a log axis.
+pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportError> {
+    let rows = &run.doc.phases;
+    let n = rows.len().max(1);
+    let labels: Vec<String> = rows.iter().map(phase_label).collect();
+    let has_device = rows.iter().any(|r| r.device_seconds.is_some());
+    let title = "Time per phase: wall clock vs device";
+    svg(title, (width_for(n), 360), |root| {
+        let (lo, hi) = axes.time_ms;
+        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, (FONT, 22))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(
+                keyed(RangedCoordf64::from(0f64..n as f64), keys),
+                (lo..hi).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc("phase (load = model_load, cold = cold_forward, warm N = warm_forward #N)")
+            .y_desc("time (ms, log scale)")
+            .x_label_formatter(&|v| {
+                labels
+                    .get(v.floor().max(0.0) as usize)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .y_label_formatter(&|v| tick(*v))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 15))
+            .draw()?;
+        let (w0, w1) = if has_device { (0.1, 0.5) } else { (0.2, 0.8) };
+        chart
+            .draw_series(rows.iter().enumerate().map(|(i, r)| {
+                let x = i as f64;
+                Rectangle::new(
+                    [(x + w0, lo), (x + w1, (r.wall_seconds * 1e3).max(lo))],
+                    WALL.filled(),
+                )
+            }))?
+            .label("wall clock (host)")
+            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], WALL.filled()));
+        if has_device {
+            chart
+                .draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+                    let x = i as f64;
+                    r.device_seconds.map(|d| {
+                        Rectangle::new(
+                            [(x + 0.5, lo), (x + 0.9, (d * 1e3).max(lo))],
+                            DEVICE.filled(),
+                        )
+                    })
+                }))?
+                .label("device (CUDA events)")
+                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], DEVICE.filled()));
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font((FONT, 15))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// Baseline, end and peak of allocated and reserved bytes for every phase row.
+pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, ReportError> {
+    let rows = &run.doc.phases;
+    let n = rows.len().max(1);
+    let labels: Vec<String> = rows.iter().map(phase_label).collect();
+    let unit = axes.memory;
+    let title = "Memory per phase: allocated and reserved";
+    svg(title, (width_for(n), 400), |root| {
+        let top = axes.memory_max / unit.scale * 1.75;
+        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, (FONT, 22))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc("phase")
+            .y_desc(format!("bytes ({})", unit.name))
+            .x_label_formatter(&|v| {
+                labels
+                    .get(v.floor().max(0.0) as usize)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .y_label_formatter(&|v| tick(*v))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 15))
+            .draw()?;
+        for (k, (color, name)) in MEMORY.iter().enumerate() {
+            let bar = 0.8 / 6.0;
+            let color = *color;
+            chart
+                .draw_series(rows.iter().enumerate().map(|(i, r)| {
+                    let m = &r.memory;
+                    let v = [
+                        m.baseline_allocated_bytes,
+                        m.end_allocated_bytes,
+                        m.peak_allocated_bytes,
+                        m.baseline_reserved_bytes,
+                        m.end_reserved_bytes,
+                        m.peak_reserved_bytes,
+                    ][k] as f64
+                        / unit.scale;
+                    let x = i as f64 + 0.1 + bar * k as f64;
+                    Rectangle::new([(x, 0.0), (x + bar * 0.9, v)], color.filled())
+                }))?
+                .label(*name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font((FONT, 15))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// One curve of a line chart.
+#[derive(Debug, Clone)]
+pub(crate) struct Series {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+    pub color: RGBColor,
+    pub dashed: bool,
+}
+
+/// A log-log line chart with a tick at every x value the series have.
+pub(crate) fn line_chart(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    series: &[Series],
+) -> Result<String, ReportError> {
+    let mut xs: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0))
+        .filter(|x| *x > 0.0)
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    let stride = xs.len().div_ceil(12).max(1);
+    let keys: Vec<f64> = xs.iter().step_by(stride).copied().collect();
+    let (x_lo, x_hi) = match (xs.first(), xs.last()) {
+        (Some(a), Some(b)) => (a / 1.3, b * 1.3),
+        _ => (1.0, 10.0),
+    };
+    let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (y_lo, y_hi) = log_range(ys, 4.0);
+    svg(title, (640, 400), |root| {
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, (FONT, 22))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(
+                keyed(LogCoord::from((x_lo..x_hi).log_scale()), keys),
+                (y_lo..y_hi).log_scale(),
+            )?;
+        chart
+            .configure_mesh()
+            .x_desc(x_desc)
+            .y_desc(y_desc)
+            .x_label_formatter(&|v| tick(*v))
+            .y_label_formatter(&|v| tick(*v))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 15))
+            .draw()?;
+        for s in series {
+            let style = s.color.stroke_width(2);
+            let color = s.color;
+            let dashed = s.dashed;
+            let anno = if dashed {
+                chart.draw_series(DashedLineSeries::new(s.points.iter().copied(), 6, 4, style))?
+            } else {
+                chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?
+            };
+            anno.label(s.label.as_str()).legend(move |(x, y)| {
+                if dashed {
+                    PathElement::new(vec![(x, y), (x + 6, y)], color.stroke_width(2))
+                } else {
+                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                }
+            });
+            chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
+            .label_font((FONT, 15))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}

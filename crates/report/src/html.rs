@@ -1,0 +1,518 @@
+//! The page: escaped text, tables, and the charts inline.
+
+use std::fmt::Write;
+
+use lab::environment::Environment;
+use lab::measure::document::MeasurementDocument;
+use serde_json::Value;
+use sweep::summary::{Row, Status};
+
+use crate::charts::{self, PALETTE, PhaseAxes, Series};
+use crate::load::{Inputs, ReportError, Run, Sweep};
+use crate::units::{bytes, bytes_unit, flops_unit, tick};
+
+/// What the page says about itself.
+#[derive(Debug, Clone)]
+pub struct Meta {
+    /// The tool that wrote the page (`iteragpu 0.1.0`).
+    pub tool: String,
+    /// When, RFC 3339 in UTC.
+    pub generated_utc: String,
+}
+
+/// Escapes text for HTML element content and quoted attribute values.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// No fetch of any kind is allowed: the page must stand alone (a browser reports any attempt).
+const CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:";
+
+/// Scoped under `.iteragpu-report` so that the page can be shown inside a notebook without
+/// restyling it.
+const STYLE: &str = "
+.iteragpu-report { font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; color: #1a1a1a;
+  max-width: 1500px; margin: 0 auto; padding: 16px; background: #fff; }
+.iteragpu-report h1 { font-size: 1.6em; margin: 0 0 4px; }
+.iteragpu-report h2 { font-size: 1.3em; border-bottom: 1px solid #ccc; padding-bottom: 4px; margin-top: 28px; }
+.iteragpu-report h3 { font-size: 1.05em; margin: 0 0 6px; word-break: break-all; }
+.iteragpu-report .meta, .iteragpu-report .note { color: #555; font-size: 0.9em; }
+.iteragpu-report .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(620px, 1fr)); gap: 16px; }
+.iteragpu-report .card { border: 1px solid #ddd; border-radius: 6px; padding: 12px; overflow-x: auto; }
+.iteragpu-report figure { margin: 8px 0; overflow-x: auto; }
+.iteragpu-report figure svg { display: block; max-width: none; }
+.iteragpu-report table { border-collapse: collapse; font-size: 0.85em; margin: 8px 0; }
+.iteragpu-report th, .iteragpu-report td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
+.iteragpu-report td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.iteragpu-report th { background: #f4f4f4; }
+.iteragpu-report .badge { display: inline-block; background: #fff3cd; border: 1px solid #e0c36a; border-radius: 4px; padding: 2px 6px; font-size: 0.85em; }
+.iteragpu-report .bad { color: #a4000f; font-weight: 600; }
+.iteragpu-report dl { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; font-size: 0.88em; margin: 6px 0; }
+.iteragpu-report dt { color: #555; }
+.iteragpu-report dd { margin: 0; }
+";
+
+/// Renders the page.
+pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
+    let mut body = String::new();
+    let _ = write!(
+        body,
+        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s); written by {} at {}. \
+         Bytes use binary prefixes (KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup>, GiB = 2<sup>30</sup> bytes); \
+         <code>allocated</code> is part of <code>reserved</code>: never add them.</p>\n",
+        inputs.runs.len(),
+        inputs.sweeps.len(),
+        escape(&meta.tool),
+        escape(&meta.generated_utc)
+    );
+    if !inputs.sweeps.is_empty() {
+        body.push_str("<section id=\"sweeps\">\n<h2>Sweeps</h2>\n");
+        sweeps(&mut body, &inputs.sweeps)?;
+        body.push_str("</section>\n");
+    }
+    if !inputs.runs.is_empty() {
+        body.push_str("<section id=\"runs\">\n<h2>Runs</h2>\n<p class=\"note\">Runs side by side share their axes: the same time range and the same memory scale.</p>\n<div class=\"grid\">\n");
+        let all: Vec<&Run> = inputs.runs.iter().collect();
+        let axes = PhaseAxes::of(&all);
+        for run in &inputs.runs {
+            run_card(&mut body, run, &axes)?;
+        }
+        body.push_str("</div>\n</section>\n");
+    }
+    environment_table(&mut body, inputs);
+    Ok(format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <title>IteraGPU Lab report</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <div class=\"iteragpu-report\">\n{body}</div>\n</body>\n</html>\n"
+    ))
+}
+
+fn figure(out: &mut String, kind: &str, caption: &str, svg: &str) {
+    let _ = write!(
+        out,
+        "<figure class=\"chart\" data-chart=\"{}\">\n{svg}\n<figcaption class=\"note\">{}</figcaption>\n</figure>\n",
+        escape(kind),
+        escape(caption)
+    );
+}
+
+fn device_name(doc: &MeasurementDocument) -> String {
+    let d = &doc.environment.details;
+    let name = d
+        .get("gpu")
+        .and_then(|g| g.get("name"))
+        .or_else(|| d.get("cpu_model"))
+        .and_then(Value::as_str);
+    match name {
+        Some(n) => format!("{} ({n})", doc.configuration.device),
+        None => doc.configuration.device.clone(),
+    }
+}
+
+fn run_card(out: &mut String, run: &Run, axes: &PhaseAxes) -> Result<(), ReportError> {
+    let doc = &run.doc;
+    let c = &doc.configuration;
+    let _ = writeln!(
+        out,
+        "<article class=\"card run\">\n<h3>{}</h3>",
+        escape(&run.label)
+    );
+    if doc.environment.reference_device {
+        out.push_str("<p class=\"badge\">CPU reference device: real arithmetic on the host CPU, not a GPU measurement</p>\n");
+    }
+    let check = match &doc.check {
+        Some(ch) => format!(
+            "{} (relative error {:.2e}, bound {:.0e})",
+            if ch.passed { "passed" } else { "FAILED" },
+            ch.relative_error,
+            ch.bound
+        ),
+        None => "not run".to_string(),
+    };
+    let status = match &doc.error {
+        Some(e) => format!("INCOMPLETE: {} ({})", e.message, e.kind),
+        None if doc.complete => "complete".to_string(),
+        None => "INCOMPLETE".to_string(),
+    };
+    let items = [
+        ("device", device_name(doc)),
+        (
+            "shape",
+            format!(
+                "[batch {} x context {} x width {}] -> hidden {}",
+                c.batch, c.context, c.width, c.hidden
+            ),
+        ),
+        ("dtype", format!("{} ({})", c.dtype, c.math_mode)),
+        (
+            "passes",
+            format!("{} warm-up, {} timed; seed {}", c.warmup, c.repeats, c.seed),
+        ),
+        (
+            "parameters",
+            format!(
+                "{} ({})",
+                doc.synthetic_model.parameter_count,
+                bytes(doc.synthetic_model.parameter_bytes)
+            ),
+        ),
+        ("started", doc.started_utc.clone()),
+        ("check", check),
+        ("status", status),
+    ];
+    out.push_str("<dl>\n");
+    for (k, v) in items {
+        let class = if (k == "status" && !doc.complete) || v.starts_with("FAILED") {
+            " class=\"bad\""
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "<dt>{k}</dt><dd{class}>{}</dd>", escape(&v));
+    }
+    out.push_str("</dl>\n");
+    let time_caption = if doc.phases.iter().any(|p| p.device_seconds.is_some()) {
+        "Wall clock (host, around the synchronized region) next to device time (CUDA events)."
+    } else {
+        "Wall clock only: this device has no device clock (device time is null)."
+    };
+    figure(
+        out,
+        "phase-time",
+        time_caption,
+        &charts::phase_time(run, axes)?,
+    );
+    figure(
+        out,
+        "phase-memory",
+        "Allocator counters per phase: baseline (after the opening synchronize), end, and peak.",
+        &charts::phase_memory(run, axes)?,
+    );
+    out.push_str("</article>\n");
+    Ok(())
+}
+
+fn ok_rows(sweep: &Sweep) -> impl Iterator<Item = &Row> {
+    sweep.rows.iter().filter(|r| r.status == Status::Ok)
+}
+
+fn sweeps(out: &mut String, sweeps: &[Sweep]) -> Result<(), ReportError> {
+    let mut dimensions: Vec<&str> = Vec::new();
+    for s in sweeps {
+        let d = s.dimension().unwrap_or("(empty)");
+        if !dimensions.contains(&d) {
+            dimensions.push(d);
+        }
+    }
+    for dim in dimensions {
+        let group: Vec<(usize, &Sweep)> = sweeps
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.dimension().unwrap_or("(empty)") == dim)
+            .collect();
+        let _ = writeln!(
+            out,
+            "<h3>Against {} ({})</h3>\n<p class=\"note\">Every sweep of this dimension on the same axes; points that did not finish are left out of the curves (see the tables).</p>\n<div class=\"grid\">",
+            escape(dim),
+            group
+                .iter()
+                .map(|(_, s)| escape(&s.label))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let x = |r: &Row| r.value as f64;
+        let color = |i: usize| PALETTE[i % PALETTE.len()];
+        let mut time = Vec::new();
+        let mut memory = Vec::new();
+        let mut flops = Vec::new();
+        let mem_unit = bytes_unit(
+            group
+                .iter()
+                .flat_map(|(_, s)| ok_rows(s).filter_map(|r| r.peak_reserved_bytes))
+                .max()
+                .unwrap_or(0) as f64,
+        );
+        let flops_unit = flops_unit(
+            group
+                .iter()
+                .flat_map(|(_, s)| ok_rows(s).filter_map(|r| r.achieved_flops_per_second))
+                .fold(0.0, f64::max),
+        );
+        for &(i, s) in &group {
+            let pts = |f: &dyn Fn(&Row) -> Option<f64>| -> Vec<(f64, f64)> {
+                ok_rows(s).filter_map(|r| f(r).map(|y| (x(r), y))).collect()
+            };
+            time.push(Series {
+                label: format!("{} wall", s.label),
+                points: pts(&|r| r.warm_forward_median_wall_seconds.map(|t| t * 1e3)),
+                color: color(i),
+                dashed: false,
+            });
+            let device = pts(&|r| r.warm_forward_median_device_seconds.map(|t| t * 1e3));
+            if !device.is_empty() {
+                time.push(Series {
+                    label: format!("{} device", s.label),
+                    points: device,
+                    color: color(i),
+                    dashed: true,
+                });
+            }
+            memory.push(Series {
+                label: format!("{} peak allocated", s.label),
+                points: pts(&|r| r.peak_allocated_bytes.map(|b| b as f64 / mem_unit.scale)),
+                color: color(i),
+                dashed: false,
+            });
+            memory.push(Series {
+                label: format!("{} peak reserved", s.label),
+                points: pts(&|r| r.peak_reserved_bytes.map(|b| b as f64 / mem_unit.scale)),
+                color: color(i),
+                dashed: true,
+            });
+            flops.push(Series {
+                label: s.label.clone(),
+                points: pts(&|r| r.achieved_flops_per_second.map(|f| f / flops_unit.scale)),
+                color: color(i),
+                dashed: false,
+            });
+        }
+        let x_desc = format!("{dim} (log scale)");
+        figure(
+            out,
+            "sweep-time",
+            "Median of the warm forward passes: wall clock (solid) and device time (dashed, where the device has a clock).",
+            &charts::line_chart(
+                &format!("Warm forward time against {dim}"),
+                &x_desc,
+                "median time (ms, log scale)",
+                &time,
+            )?,
+        );
+        figure(
+            out,
+            "sweep-memory",
+            "Highest allocated (solid) and reserved (dashed) bytes over all phases of each point.",
+            &charts::line_chart(
+                &format!("Peak memory against {dim}"),
+                &x_desc,
+                &format!("bytes ({}, log scale)", mem_unit.name),
+                &memory,
+            )?,
+        );
+        figure(
+            out,
+            "sweep-flops",
+            "Forward FLOPs (2mnk per product) over the median time (device time where present, else wall clock).",
+            &charts::line_chart(
+                &format!("Achieved throughput against {dim}"),
+                &x_desc,
+                &format!("{} (log scale)", flops_unit.name),
+                &flops,
+            )?,
+        );
+        out.push_str("</div>\n");
+        for (_, s) in group {
+            sweep_table(out, s);
+        }
+    }
+    Ok(())
+}
+
+fn sweep_table(out: &mut String, s: &Sweep) {
+    let _ = writeln!(
+        out,
+        "<h4>{}</h4>\n<table>\n<tr><th>{}</th><th>batch</th><th>context</th><th>width</th><th>hidden</th><th>dtype</th><th>status</th><th>wall median</th><th>device median</th><th>achieved</th><th>peak allocated</th><th>peak reserved</th><th>check</th><th>reason</th><th>file</th></tr>",
+        escape(&s.label),
+        escape(s.dimension().unwrap_or("value"))
+    );
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    for r in &s.rows {
+        let class = if r.status == Status::Ok {
+            ""
+        } else {
+            " class=\"bad\""
+        };
+        let _ = writeln!(
+            out,
+            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td{class}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.value,
+            r.batch,
+            r.context,
+            r.width,
+            r.hidden,
+            r.dtype,
+            r.status.name(),
+            opt(r
+                .warm_forward_median_wall_seconds
+                .map(|t| format!("{} ms", tick(t * 1e3)))),
+            opt(r
+                .warm_forward_median_device_seconds
+                .map(|t| format!("{} ms", tick(t * 1e3)))),
+            opt(r.achieved_flops_per_second.map(|f| {
+                let u = flops_unit(f);
+                format!("{} {}", tick(f / u.scale), u.name)
+            })),
+            opt(r.peak_allocated_bytes.map(bytes)),
+            opt(r.peak_reserved_bytes.map(bytes)),
+            opt(r
+                .check_passed
+                .map(|p| if p { "passed" } else { "FAILED" }.to_string())),
+            escape(&r.reason),
+            escape(&r.file),
+        );
+    }
+    out.push_str("</table>\n");
+}
+
+/// The environment as (key, value) rows: the typed header, then every detail flattened.
+fn environment_rows(env: &Environment) -> Vec<(String, String)> {
+    let mut rows = vec![
+        ("backend".to_string(), env.backend.clone()),
+        (
+            "reference device".to_string(),
+            if env.reference_device {
+                "yes: the CPU, not a GPU".to_string()
+            } else {
+                "no".to_string()
+            },
+        ),
+        ("usable".to_string(), env.usable.to_string()),
+        (
+            "tool".to_string(),
+            format!(
+                "{} {}{}",
+                env.tool.name,
+                env.tool.version,
+                env.tool
+                    .commit
+                    .as_deref()
+                    .map(|c| format!(" ({c})"))
+                    .unwrap_or_default()
+            ),
+        ),
+    ];
+    if let Some(p) = &env.problem {
+        rows.push(("problem".to_string(), p.clone()));
+    }
+    flatten(&env.details, "", &mut rows);
+    rows
+}
+
+fn flatten(v: &Value, prefix: &str, out: &mut Vec<(String, String)>) {
+    let key = |k: &str| {
+        if prefix.is_empty() {
+            k.to_string()
+        } else {
+            format!("{prefix}.{k}")
+        }
+    };
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m {
+                flatten(v, &key(k), out);
+            }
+        }
+        Value::Array(a) if a.iter().all(|x| !x.is_object() && !x.is_array()) => {
+            let items: Vec<String> = a.iter().map(scalar).collect();
+            out.push((prefix.to_string(), items.join(", ")));
+        }
+        Value::Array(a) => {
+            for (i, v) in a.iter().enumerate() {
+                flatten(v, &format!("{prefix}[{i}]"), out);
+            }
+        }
+        other => out.push((prefix.to_string(), scalar(other))),
+    }
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_string(),
+        other => other.to_string(),
+    }
+}
+
+fn environment_table(out: &mut String, inputs: &Inputs) {
+    let mut columns: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for s in &inputs.sweeps {
+        if let Some(doc) = &s.first {
+            columns.push((
+                format!("sweep {}", s.label),
+                environment_rows(&doc.environment),
+            ));
+        }
+    }
+    for r in &inputs.runs {
+        columns.push((r.label.clone(), environment_rows(&r.doc.environment)));
+    }
+    if columns.is_empty() {
+        return;
+    }
+    let mut keys: Vec<&str> = Vec::new();
+    for (_, rows) in &columns {
+        for (k, _) in rows {
+            if !keys.contains(&k.as_str()) {
+                keys.push(k);
+            }
+        }
+    }
+    out.push_str("<section id=\"environment\">\n<h2>Environment</h2>\n<p class=\"note\">What each run saw, as its document records it (a sweep shows its first point's).</p>\n<div class=\"card\">\n<table>\n<tr><th>field</th>");
+    for (label, _) in &columns {
+        let _ = write!(out, "<th>{}</th>", escape(label));
+    }
+    out.push_str("</tr>\n");
+    for k in keys {
+        let _ = write!(out, "<tr><th>{}</th>", escape(k));
+        for (_, rows) in &columns {
+            let v = rows
+                .iter()
+                .find(|(key, _)| key == k)
+                .map_or("", |(_, v)| v.as_str());
+            let _ = write!(out, "<td>{}</td>", escape(v));
+        }
+        out.push_str("</tr>\n");
+    }
+    out.push_str("</table>\n</div>\n</section>\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup_and_quotes() {
+        assert_eq!(
+            escape(r#"<a href="x">'&'</a>"#),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
+        assert_eq!(escape("plain µs"), "plain µs");
+    }
+
+    #[test]
+    fn an_empty_page_is_still_a_whole_page_that_forbids_fetches() {
+        let page = render(
+            &Inputs::default(),
+            &Meta {
+                tool: "iteragpu <test>".into(),
+                generated_utc: "now".into(),
+            },
+        )
+        .unwrap();
+        assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));
+        assert!(page.contains(CSP) && page.contains("iteragpu &lt;test&gt;"));
+        assert!(!page.contains("<figure"));
+    }
+}

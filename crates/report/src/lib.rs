@@ -1,0 +1,20 @@
+//! The IteraGPU Lab report: measurement documents and sweep folders turned into one
+//! self-contained HTML page.
+//!
+//! The page needs nothing but a browser: charts are inline SVG drawn with plotters' SVG backend
+//! (text stays SVG `<text>`, so no font files are read or embedded), styles are inline, there is
+//! no script, and a Content-Security-Policy forbids every fetch, so a page that tried to load
+//! anything would say so in the browser console. Every string that comes from a document is
+//! escaped: a device name or a file name can never become markup.
+//!
+//! Runs shown side by side share their axes (time, bytes), so machines compare at a glance.
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod charts;
+mod html;
+mod load;
+mod units;
+
+pub use html::{Meta, escape, render};
+pub use load::{Inputs, ReportError, Run, Sweep, load};
