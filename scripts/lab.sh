@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The kit's main job in one go, on whatever machine this is: diagnose the GPU, run the original
 # kit's two example measurements (on cuda:0 when a GPU is usable, otherwise on the CPU reference
-# device, clearly labelled), and price the example package. Everything lands in a new folder
+# device, clearly labelled), draw them in an HTML report, and price the example package. Everything lands in a new folder
 # runs/<UTC time>/ so nothing earlier is ever overwritten.
 #
 #   scripts/lab.sh [DEVICE]        DEVICE defaults to cuda:0 when usable, else cpu
@@ -37,6 +37,9 @@ echo "== measure on $device: the original's small example"
 echo "== measure on $device: the original's larger example"
 "$bin" measure --device "$device" --batch 2 --context 128 --width 1024 --dtype float32 \
     --warmup 3 --repeats 5 --output "$out/mesures.json"
+
+echo "== report: $out/report.html"
+"$bin" report "$out/mesures-petit-essai.json" "$out/mesures.json" --output "$out/report.html"
 
 echo "== price: b200, 7 days, 2 lots"
 "$bin" price --gpu b200 --days 7 --lots 2
