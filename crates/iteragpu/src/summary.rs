@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use lab::measure::document::{MeasurementDocument, Phase};
+use lab::measure::document::MeasurementDocument;
 
 /// Bytes with a binary prefix (the exact figure is in the JSON).
 pub fn bytes(b: u64) -> String {
@@ -19,20 +19,6 @@ pub fn bytes(b: u64) -> String {
     } else {
         format!("{v:.2} {}", UNITS[unit])
     }
-}
-
-/// The median of some values (the mean of the middle two for an even count).
-pub fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    Some(if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    })
 }
 
 /// The table `measure` prints.
@@ -105,25 +91,14 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
                 .map_or("-".to_string(), |d| bytes(d.free_bytes)),
         );
     }
-    let warm: Vec<_> = doc
-        .phases
-        .iter()
-        .filter(|r| r.phase == Phase::WarmForward)
-        .collect();
-    let mut wall: Vec<f64> = warm.iter().map(|r| r.wall_seconds).collect();
-    let mut dev: Vec<f64> = warm.iter().filter_map(|r| r.device_seconds).collect();
-    if let Some(w) = median(&mut wall) {
+    let (wall, device) = doc.warm_forward_medians();
+    if let Some(w) = wall {
         let _ = write!(s, "\nwarm forward median: {:.3} ms wall", w * 1e3);
-        let t = median(&mut dev).unwrap_or(w);
-        if let Some(d) = median(&mut dev) {
+        if let Some(d) = device {
             let _ = write!(s, ", {:.3} ms device", d * 1e3);
         }
-        if t > 0.0 {
-            let _ = write!(
-                s,
-                "; {:.2} GFLOP/s achieved",
-                m.forward_flops as f64 / t / 1e9
-            );
+        if let Some(flops) = doc.achieved_flops_per_second() {
+            let _ = write!(s, "; {:.2} GFLOP/s achieved", flops / 1e9);
         }
         s.push('\n');
     }
@@ -162,12 +137,5 @@ mod tests {
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(132_608), "129.50 KiB");
         assert_eq!(bytes(20 << 20), "20.00 MiB");
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&mut []), None);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
     }
 }

@@ -17,4 +17,4 @@ pub mod summary;
 pub use bytes::{ByteSizeError, parse_bytes};
 pub use run::{Dimension, Outcome, Point, PointRunner, Stop, run_points};
 pub use spec::{Spec, SpecError, parse_spec};
-pub use summary::{Row, Status, SummaryError, median, read_summary, write_summary};
+pub use summary::{Row, Status, SummaryError, read_summary, write_summary};

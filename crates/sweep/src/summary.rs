@@ -4,7 +4,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use lab::dtype::DType;
-use lab::measure::document::{MeasurementDocument, Phase};
+use lab::measure::document::MeasurementDocument;
 use serde::{Deserialize, Serialize};
 
 /// The file name of a sweep's summary inside its folder.
@@ -89,13 +89,8 @@ impl Row {
         let peak = |f: fn(&lab::measure::document::PhaseMemory) -> u64| {
             doc.phases.iter().map(|r| f(&r.memory)).max()
         };
-        let warm = || doc.phases.iter().filter(|r| r.phase == Phase::WarmForward);
-        let wall = median(&mut warm().map(|r| r.wall_seconds).collect::<Vec<_>>());
-        let device = median(&mut warm().filter_map(|r| r.device_seconds).collect::<Vec<_>>());
-        let flops = device
-            .or(wall)
-            .filter(|t| *t > 0.0)
-            .map(|t| doc.synthetic_model.forward_flops as f64 / t);
+        let (wall, device) = doc.warm_forward_medians();
+        let flops = doc.achieved_flops_per_second();
         let (status, reason) = match &doc.error {
             None if doc.complete => (Status::Ok, String::new()),
             Some(e) if e.kind == "out_of_memory" => (Status::OutOfMemory, e.message.clone()),
@@ -124,20 +119,6 @@ impl Row {
             file: file.to_string(),
         }
     }
-}
-
-/// The median (the mean of the middle two for an even count); `None` for no values.
-pub fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    Some(if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    })
 }
 
 /// Why `summary.csv` could not be written or read.
@@ -291,12 +272,5 @@ mod tests {
         std::fs::write(&p, "a,b\n1,2\n").unwrap();
         let err = read_summary(&p).unwrap_err().to_string();
         assert!(err.contains("is not a sweep summary"), "{err}");
-    }
-
-    #[test]
-    fn medians() {
-        assert_eq!(median(&mut []), None);
-        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
     }
 }

@@ -40,6 +40,41 @@ pub struct MeasurementDocument {
     pub error: Option<RunError>,
 }
 
+impl MeasurementDocument {
+    /// Medians of the warm forward passes: `(wall, device)` seconds, each `None` when there is
+    /// no such figure (no finished pass, or no device clock).
+    pub fn warm_forward_medians(&self) -> (Option<f64>, Option<f64>) {
+        let warm = || self.phases.iter().filter(|r| r.phase == Phase::WarmForward);
+        let wall = median(&mut warm().map(|r| r.wall_seconds).collect::<Vec<_>>());
+        let device = median(&mut warm().filter_map(|r| r.device_seconds).collect::<Vec<_>>());
+        (wall, device)
+    }
+
+    /// Forward FLOPs over the median warm pass: device time where the device has a clock, else
+    /// wall time.
+    pub fn achieved_flops_per_second(&self) -> Option<f64> {
+        let (wall, device) = self.warm_forward_medians();
+        device
+            .or(wall)
+            .filter(|t| *t > 0.0)
+            .map(|t| self.synthetic_model.forward_flops as f64 / t)
+    }
+}
+
+/// The median (the mean of the middle two for an even count); `None` for no values.
+pub fn median(values: &mut [f64]) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    let n = values.len();
+    Some(if n % 2 == 1 {
+        values[n / 2]
+    } else {
+        (values[n / 2 - 1] + values[n / 2]) / 2.0
+    })
+}
+
 /// The options of the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Configuration {
@@ -228,4 +263,16 @@ pub struct RunError {
 /// document with a non-finite error still loads.
 fn nan_if_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
     Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn medians() {
+        assert_eq!(median(&mut []), None);
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&mut [4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    }
 }
