@@ -250,7 +250,14 @@ impl<D: Device> Runner<'_, D> {
     fn load_model(&mut self) -> Result<(Option<HostModel>, Weights), DeviceError> {
         let dtype = self.plan.options.dtype;
         let host = match self.mode {
-            Mode::Measure => Some(HostModel::build(self.plan)),
+            Mode::Measure => Some(HostModel::build(self.plan).map_err(|requested| {
+                DeviceError::OutOfMemory {
+                    what: "the host's float32 copy of the parameters (for the check)".to_string(),
+                    requested,
+                    allocated: 0,
+                    reserved: 0,
+                }
+            })?),
             Mode::Plan => None,
         };
         let names = [
