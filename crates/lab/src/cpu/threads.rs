@@ -77,20 +77,6 @@ pub fn for_each_part<A: Sync, B: Send>(
         .for_each(|(s, d)| f(s, d));
 }
 
-/// `f` over parts of `values` in place, as [`for_each_part`].
-pub fn for_each_part_mut<B: Send>(
-    threads: usize,
-    values: &mut [B],
-    f: impl Fn(&mut [B]) + Sync + Send,
-) {
-    if threads < 2 || values.len() < PARALLEL_MIN_ELEMENTS {
-        f(values);
-        return;
-    }
-    let chunk = values.len().div_ceil(threads).next_multiple_of(64);
-    values.par_chunks_mut(chunk).for_each(f);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,8 +100,6 @@ mod tests {
                 }
             });
             assert!(dst.iter().enumerate().all(|(i, &v)| v == i as u32 + 1));
-            for_each_part_mut(threads, &mut dst, |d| d.iter_mut().for_each(|v| *v -= 1));
-            assert_eq!(dst, src);
         }
     }
 }
