@@ -222,8 +222,8 @@ fn measure_cpu(
         threads: args.run.threads.map(usize::from),
         segment_limit: None,
     };
-    let mut device =
-        CpuDevice::open(tool.clone(), options).context("could not set up the CPU reference device")?;
+    let mut device = CpuDevice::open(tool.clone(), options)
+        .context("could not set up the CPU reference device")?;
     let device_init_seconds = init.elapsed().as_secs_f64();
     let segments = preflight::estimate_peak_reserved(plan, device.workspace_bytes());
     let resident = lab::cpu::resident_bytes().unwrap_or(0);

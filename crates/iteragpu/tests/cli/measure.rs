@@ -293,8 +293,16 @@ fn the_host_memory_plan_bounds_the_measured_peak_resident_memory() {
             dir.path(),
             &file,
             &[
-                "--dtype", dtype, "--batch", "4", "--context", "256", "--width", "1024",
-                "--threads", "2",
+                "--dtype",
+                dtype,
+                "--batch",
+                "4",
+                "--context",
+                "256",
+                "--width",
+                "1024",
+                "--threads",
+                "2",
             ],
         )
         .success();
@@ -341,7 +349,16 @@ fn a_run_whose_host_copy_would_not_fit_is_refused_though_its_tensors_would() {
 #[test]
 fn max_memory_bounds_the_whole_cpu_process() {
     let dir = tempfile::tempdir().unwrap();
-    let args = ["--batch", "2", "--context", "128", "--width", "1024", "--dtype", "float16"];
+    let args = [
+        "--batch",
+        "2",
+        "--context",
+        "128",
+        "--width",
+        "1024",
+        "--dtype",
+        "float16",
+    ];
     measure(dir.path(), "plan.json", &args).success();
     let m = read_doc(dir.path(), "plan.json")["environment"]["details"]["host_memory"].clone();
     let (total, segments) = (
@@ -350,9 +367,13 @@ fn max_memory_bounds_the_whole_cpu_process() {
     );
     // The tensors alone fit under this bound, the process does not: refused, nothing written.
     let tight = (segments + (total - segments) / 2).to_string();
-    measure(dir.path(), "tight.json", &[&args[..], &["--max-memory", &tight]].concat())
-        .code(1)
-        .stderr(predicate::str::contains("--max-memory allows"));
+    measure(
+        dir.path(),
+        "tight.json",
+        &[&args[..], &["--max-memory", &tight]].concat(),
+    )
+    .code(1)
+    .stderr(predicate::str::contains("--max-memory allows"));
     assert!(!dir.path().join("tight.json").exists());
     // A bound with room for the plan: the run completes within it.
     let roomy = total + (16 << 20);
@@ -414,7 +435,10 @@ fn allocation_failures_fail_the_phase_and_never_abort() {
             matches!(code, Some(0) | Some(1)),
             "limit {limit_kib} KiB: exit {code:?}, stderr: {stderr}"
         );
-        assert!(!stderr.contains("panicked") && !stderr.contains("memory allocation of"), "{stderr}");
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("memory allocation of"),
+            "{stderr}"
+        );
         let path = dir.path().join(&file);
         if code == Some(0) {
             completed = true;

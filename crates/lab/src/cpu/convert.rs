@@ -7,8 +7,8 @@
 //! at run time by `pulp`). Both round to nearest, ties to even, and give exactly what
 //! `half::f16::from_f32` / `half::bf16::from_f32` give one element at a time.
 
-use half::slice::HalfFloatSliceExt;
 use half::f16;
+use half::slice::HalfFloatSliceExt;
 use pulp::{Arch, Simd, WithSimd};
 
 use crate::cpu::threads::for_each_part;
@@ -17,9 +17,12 @@ use crate::dtype::DType;
 /// `dst[i] = src[i]` widened to float32, `src` holding `dtype` elements as raw bytes.
 pub fn to_f32(threads: usize, dtype: DType, src: &[u8], dst: &mut [f32]) {
     match dtype {
-        DType::Float32 => for_each_part(threads, bytemuck::cast_slice::<u8, f32>(src), dst, |s, d| {
-            d.copy_from_slice(s)
-        }),
+        DType::Float32 => for_each_part(
+            threads,
+            bytemuck::cast_slice::<u8, f32>(src),
+            dst,
+            |s, d| d.copy_from_slice(s),
+        ),
         DType::Float16 => {
             let src: &[f16] = bytemuck::cast_slice(src);
             for_each_part(threads, src, dst, |s, d| s.convert_to_f32_slice(d));
@@ -36,9 +39,12 @@ pub fn to_f32(threads: usize, dtype: DType, src: &[u8], dst: &mut [f32]) {
 /// `dst[i] = src[i]` rounded to `dtype` (nearest, ties to even), `dst` holding raw bytes.
 pub fn from_f32(threads: usize, dtype: DType, src: &[f32], dst: &mut [u8]) {
     match dtype {
-        DType::Float32 => for_each_part(threads, src, bytemuck::cast_slice_mut::<u8, f32>(dst), |s, d| {
-            d.copy_from_slice(s)
-        }),
+        DType::Float32 => for_each_part(
+            threads,
+            src,
+            bytemuck::cast_slice_mut::<u8, f32>(dst),
+            |s, d| d.copy_from_slice(s),
+        ),
         DType::Float16 => {
             let dst: &mut [f16] = bytemuck::cast_slice_mut(dst);
             for_each_part(threads, src, dst, |s, d| d.convert_from_f32_slice(s));
@@ -114,7 +120,11 @@ mod tests {
         let mut got = vec![0f32; all.len()];
         to_f32(2, DType::Bfloat16, bytemuck::cast_slice(&all), &mut got);
         for (&b, &g) in all.iter().zip(&got) {
-            assert_eq!(g.to_bits(), bf16::from_bits(b).to_f32().to_bits(), "{b:#06x}");
+            assert_eq!(
+                g.to_bits(),
+                bf16::from_bits(b).to_f32().to_bits(),
+                "{b:#06x}"
+            );
         }
     }
 
@@ -145,7 +155,10 @@ mod tests {
                     DType::Float16 => f16::from_bits(bits).is_nan(),
                     _ => bf16::from_bits(bits).is_nan(),
                 };
-                assert!(g == want || (nan(g) && nan(want)), "{dtype} {v:e}: {g:#06x} vs {want:#06x}");
+                assert!(
+                    g == want || (nan(g) && nan(want)),
+                    "{dtype} {v:e}: {g:#06x} vs {want:#06x}"
+                );
             }
         }
     }
@@ -183,7 +196,9 @@ mod tests {
 
     #[test]
     fn threaded_and_single_threaded_agree_on_a_large_slice() {
-        let values: Vec<f32> = (0..200_000).map(|i| (i as f32 * 0.37).sin() * 1e3).collect();
+        let values: Vec<f32> = (0..200_000)
+            .map(|i| (i as f32 * 0.37).sin() * 1e3)
+            .collect();
         for dtype in DType::ALL {
             let mut one = vec![0u8; values.len() * dtype.size_bytes() as usize];
             let mut two = one.clone();

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use crate::alloc::{Stats, TensorPool};
-use crate::cpu::memory::{HostSegments, available_host_bytes};
 use crate::cpu::gelu;
+use crate::cpu::memory::{HostSegments, available_host_bytes};
 use crate::cpu::{convert, gemm, threads};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
@@ -170,24 +170,26 @@ fn with_output<const N: usize, R>(
     Ok(result)
 }
 
-/// Grows a reused buffer to `len` elements with a fallible allocation.
-fn ensure_len(buffer: &mut Vec<f32>, len: usize, what: &str) -> Result<(), DeviceError> {
+/// Grows a reused buffer to `len` elements with a fallible allocation; a shortage is an
+/// out-of-memory error naming `what`, with the allocator's counters at the time.
+fn ensure_len(
+    buffer: &mut Vec<f32>,
+    len: usize,
+    what: &str,
+    stats: Stats,
+) -> Result<(), DeviceError> {
     if buffer.len() < len {
         buffer
             .try_reserve_exact(len - buffer.len())
-            .map_err(|_| host_out_of_memory(what, len as u64 * 4))?;
+            .map_err(|_| DeviceError::OutOfMemory {
+                what: format!("{what} (host memory outside the allocator)"),
+                requested: len as u64 * 4,
+                allocated: stats.all.allocated.current,
+                reserved: stats.all.reserved.current,
+            })?;
         buffer.resize(len, 0.0);
     }
     Ok(())
-}
-
-fn host_out_of_memory(what: &str, bytes: u64) -> DeviceError {
-    DeviceError::OutOfMemory {
-        what: format!("{what} (host memory outside the allocator)"),
-        requested: bytes,
-        allocated: 0,
-        reserved: 0,
-    }
 }
 
 /// Every row of `c` (`n` columns) set to `bias`.
@@ -218,7 +220,12 @@ impl CpuDevice {
             return Ok(w);
         }
         spare.clear();
-        ensure_len(spare, t.len(), "a float32 copy of an operand")?;
+        ensure_len(
+            spare,
+            t.len(),
+            "a float32 copy of an operand",
+            tensors.stats(),
+        )?;
         convert::to_f32(threads, t.dtype, bytes(tensors, t)?, &mut spare[..t.len()]);
         Ok(&spare[..t.len()])
     }
@@ -231,9 +238,19 @@ impl CpuDevice {
         out: &Tensor,
         (m, k, n): (usize, usize, usize),
     ) -> Result<(), DeviceError> {
-        let threads = self.threads;
-        ensure_len(&mut self.operand, m * k, "the float32 operand of a product")?;
-        ensure_len(&mut self.result, m * n, "the float32 result of a product")?;
+        let (threads, stats) = (self.threads, self.tensors.stats());
+        ensure_len(
+            &mut self.operand,
+            m * k,
+            "the float32 operand of a product",
+            stats,
+        )?;
+        ensure_len(
+            &mut self.result,
+            m * n,
+            "the float32 result of a product",
+            stats,
+        )?;
         let (mut spare_w, mut spare_b) = (Vec::new(), Vec::new());
         let ws = Self::widened_or(&self.tensors, &self.widened, threads, weight, &mut spare_w)?;
         let bs = Self::widened_or(&self.tensors, &self.widened, threads, bias, &mut spare_b)?;
@@ -320,7 +337,13 @@ impl Device for CpuDevice {
         if tensor.dtype != DType::Float32 {
             // Widened once here, from the rounded values, for every later product.
             let mut w = Vec::new();
-            ensure_len(&mut w, tensor.len(), "the float32 copy of a parameter")?;
+            let stats = self.tensors.stats();
+            ensure_len(
+                &mut w,
+                tensor.len(),
+                "the float32 copy of a parameter",
+                stats,
+            )?;
             convert::to_f32(threads, tensor.dtype, bytes(&self.tensors, tensor)?, &mut w);
             self.widened.insert(tensor.id, w);
         }
@@ -368,17 +391,22 @@ impl Device for CpuDevice {
             return self.linear_half(x, weight, bias, out, (m, k, n));
         }
         let threads = self.threads;
-        with_output(&mut self.tensors, out, [x, weight, bias], |o, [xs, ws, bs]| {
-            let c: &mut [f32] = bytemuck::cast_slice_mut(o);
-            fill_rows(c, bytemuck::cast_slice(bs), n);
-            gemm::add_product(
-                threads,
-                c,
-                bytemuck::cast_slice(xs),
-                bytemuck::cast_slice(ws),
-                (m, k, n),
-            );
-        })
+        with_output(
+            &mut self.tensors,
+            out,
+            [x, weight, bias],
+            |o, [xs, ws, bs]| {
+                let c: &mut [f32] = bytemuck::cast_slice_mut(o);
+                fill_rows(c, bytemuck::cast_slice(bs), n);
+                gemm::add_product(
+                    threads,
+                    c,
+                    bytemuck::cast_slice(xs),
+                    bytemuck::cast_slice(ws),
+                    (m, k, n),
+                );
+            },
+        )
     }
 
     fn gelu(&mut self, x: &Tensor, out: &Tensor) -> Result<(), DeviceError> {
@@ -445,7 +473,13 @@ mod tests {
         d
     }
 
-    fn tensor_of(d: &mut CpuDevice, rows: usize, cols: usize, dtype: DType, values: &[f32]) -> Tensor {
+    fn tensor_of(
+        d: &mut CpuDevice,
+        rows: usize,
+        cols: usize,
+        dtype: DType,
+        values: &[f32],
+    ) -> Tensor {
         let t = d.allocate(rows, cols, dtype, "test").unwrap();
         d.upload(&t, values).unwrap();
         t
@@ -461,7 +495,10 @@ mod tests {
                 // The input is written by fill-like code paths, not uploaded: it is widened per
                 // pass; the parameters come from their copies widened at upload.
                 let x = d.allocate(m, k, dtype, "x").unwrap();
-                with_output(&mut d.tensors, &x, [], |o, []| convert::from_f32(1, dtype, &xs, o)).unwrap();
+                with_output(&mut d.tensors, &x, [], |o, []| {
+                    convert::from_f32(1, dtype, &xs, o)
+                })
+                .unwrap();
                 let w = tensor_of(&mut d, n, k, dtype, &ws);
                 let b = tensor_of(&mut d, 1, n, dtype, &bs);
                 let y = d.allocate(m, n, dtype, "y").unwrap();
@@ -476,8 +513,14 @@ mod tests {
                         let (want, g) = (dtype.round(acc), got[i * n + j]);
                         // Summation order may differ: within one unit in the last place of the
                         // storage type.
-                        let ulp = match dtype { DType::Float16 => 2f32.powi(-10), _ => 2f32.powi(-7) };
-                        assert!((g - want).abs() <= ulp * want.abs().max(1.0), "{dtype} ({i},{j}): {g} vs {want}");
+                        let ulp = match dtype {
+                            DType::Float16 => 2f32.powi(-10),
+                            _ => 2f32.powi(-7),
+                        };
+                        assert!(
+                            (g - want).abs() <= ulp * want.abs().max(1.0),
+                            "{dtype} ({i},{j}): {g} vs {want}"
+                        );
                     }
                 }
             }
@@ -488,14 +531,21 @@ mod tests {
     fn an_output_overlapping_an_input_is_refused() {
         let mut d = device(1);
         let x = tensor(&mut d, 2, 2, &[1.0, 2.0, 3.0, 4.0]);
-        let same = Tensor { id: x.id, rows: 2, cols: 2, dtype: DType::Float32 };
+        let same = Tensor {
+            id: x.id,
+            rows: 2,
+            cols: 2,
+            dtype: DType::Float32,
+        };
         assert!(matches!(d.gelu(&x, &same), Err(DeviceError::Shape(_))));
     }
 
     #[test]
     fn half_precision_gelu_is_the_rounded_float32_gelu() {
         let len = threads::PARALLEL_MIN_ELEMENTS + 4099;
-        let xs: Vec<f32> = (0..len).map(|i| (i as f32 / len as f32) * 16.0 - 8.0).collect();
+        let xs: Vec<f32> = (0..len)
+            .map(|i| (i as f32 / len as f32) * 16.0 - 8.0)
+            .collect();
         for dtype in [DType::Float16, DType::Bfloat16] {
             for threads in [1, 2] {
                 let mut d = device(threads);

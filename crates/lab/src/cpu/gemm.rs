@@ -15,7 +15,13 @@ use faer::{Accum, MatMut, MatRef, Par};
 
 /// `c += x w^T`: `c` is `m x n`, `x` is `m x k`, `w` is `n x k`, all row-major float32 (the
 /// layout of `nn.Linear`: the caller puts the bias in `c` first).
-pub fn add_product(threads: usize, c: &mut [f32], x: &[f32], w: &[f32], (m, k, n): (usize, usize, usize)) {
+pub fn add_product(
+    threads: usize,
+    c: &mut [f32],
+    x: &[f32],
+    w: &[f32],
+    (m, k, n): (usize, usize, usize),
+) {
     let x = MatRef::from_row_major_slice(x, m, k);
     let w = MatRef::from_row_major_slice(w, n, k);
     let c = MatMut::from_row_major_slice_mut(c, m, n);
@@ -76,7 +82,9 @@ mod tests {
     use super::*;
 
     fn pattern(len: usize, salt: usize) -> Vec<f32> {
-        (0..len).map(|i| ((i * 7 + salt * 13) % 23) as f32 / 11.0 - 1.0).collect()
+        (0..len)
+            .map(|i| ((i * 7 + salt * 13) % 23) as f32 / 11.0 - 1.0)
+            .collect()
     }
 
     #[test]

@@ -79,9 +79,8 @@ impl HostMemoryPlan {
             0
         };
         let packing_bytes = packing_bytes(rows, width, hidden, last_level_cache_bytes());
-        let threads_and_heap_bytes = PER_THREAD_BYTES * threads as u64
-            + HEAP_BYTES
-            + PER_ROW_BYTES * (o.repeats as u64 + 4);
+        let threads_and_heap_bytes =
+            PER_THREAD_BYTES * threads as u64 + HEAP_BYTES + PER_ROW_BYTES * (o.repeats as u64 + 4);
         let mut p = HostMemoryPlan {
             resident_at_start_bytes,
             segments_bytes,
@@ -171,10 +170,7 @@ impl HostMemoryPlan {
             parts.push(format!("product buffers {}", self.product_buffers_bytes));
         }
         parts.push(format!("GEMM packing {}", self.packing_bytes));
-        parts.push(format!(
-            "threads and heap {}",
-            self.threads_and_heap_bytes
-        ));
+        parts.push(format!("threads and heap {}", self.threads_and_heap_bytes));
         parts.push(format!("already resident {}", self.resident_at_start_bytes));
         parts.join(", ")
     }
@@ -186,7 +182,9 @@ impl HostMemoryPlan {
 /// `n x k`, the other's), each rounded up to whole pages.
 fn packing_bytes(rows: u64, width: u64, hidden: u64, l3: u64) -> u64 {
     let panel = |outer: u64, inner: u64| {
-        (outer.saturating_mul(inner.min(512)).saturating_mul(4)).min(l3).next_multiple_of(4096)
+        (outer.saturating_mul(inner.min(512)).saturating_mul(4))
+            .min(l3)
+            .next_multiple_of(4096)
     };
     let activations = panel(rows, width).max(panel(rows, hidden));
     let weights = panel(hidden, width).max(panel(width, hidden));
@@ -210,7 +208,10 @@ mod tests {
         let q = HostMemoryPlan::new(&half, 100, 2, 10);
         assert_eq!(q.widened_parameters_bytes, 4 * params);
         assert_eq!(q.product_buffers_bytes, 2 * 4 * 256 * 4096);
-        assert_eq!(q.total_bytes - p.total_bytes, q.widened_parameters_bytes + q.product_buffers_bytes);
+        assert_eq!(
+            q.total_bytes - p.total_bytes,
+            q.widened_parameters_bytes + q.product_buffers_bytes
+        );
         assert_eq!(q.outside_segments_bytes(), q.total_bytes - 100);
     }
 
@@ -233,9 +234,15 @@ mod tests {
     #[test]
     fn packing_is_bounded_by_the_operands_and_the_cache() {
         // 256 rows x 512 steps and 4096 x 512, in float32.
-        assert_eq!(packing_bytes(256, 1024, 4096, 32 << 20), (256 + 4096) * 512 * 4);
+        assert_eq!(
+            packing_bytes(256, 1024, 4096, 32 << 20),
+            (256 + 4096) * 512 * 4
+        );
         // Large operands: one cache-sized panel each.
-        assert_eq!(packing_bytes(1 << 20, 1 << 14, 1 << 16, 32 << 20), 2 * (32 << 20));
+        assert_eq!(
+            packing_bytes(1 << 20, 1 << 14, 1 << 16, 32 << 20),
+            2 * (32 << 20)
+        );
         // Tiny: whole pages.
         assert_eq!(packing_bytes(1, 1, 4, 32 << 20), 2 * 4096);
     }

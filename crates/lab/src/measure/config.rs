@@ -38,7 +38,9 @@ pub enum ConfigError {
         option: &'static str,
     },
     /// More warm passes than a document holds.
-    #[error("--repeats {value} is more than {limit}, the most one run records; use at most {limit}")]
+    #[error(
+        "--repeats {value} is more than {limit}, the most one run records; use at most {limit}"
+    )]
     TooManyRepeats {
         /// The value given.
         value: usize,
