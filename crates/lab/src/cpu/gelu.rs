@@ -19,7 +19,9 @@ pub fn gelu32(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(z))
 }
 
-/// Abramowitz & Stegun 7.1.26, as PyTorch's `Vectorized<float>::erf`.
+/// Abramowitz & Stegun 7.1.26, as PyTorch's `Vectorized<float>::erf`. The constants are
+/// written as published (and as PyTorch writes them); the compiler rounds them to float32.
+#[allow(clippy::excessive_precision)]
 #[inline(always)]
 fn erf(z: f32) -> f32 {
     const P: f32 = 0.327_591_1;
@@ -42,6 +44,7 @@ fn erf(z: f32) -> f32 {
 /// `exp(r)` by its Taylor polynomial of degree 7 (relative error below 6e-9 on |r| <= ln 2 / 2).
 /// Arguments below -87 are clamped there: the result, about 1.6e-38, is what a product with it
 /// needs (zero to float32 precision against 1).
+#[allow(clippy::excessive_precision)] // ln 2's high part, 0x3f318000, exactly
 #[inline(always)]
 fn exp_non_positive(y: f32) -> f32 {
     const LOG2E: f32 = std::f32::consts::LOG2_E;
