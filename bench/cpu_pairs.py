@@ -103,6 +103,11 @@ def main() -> int:
                 torch_.append(t)
                 ratios.append(o / t)
             rows.append((case, ours, torch_, ratios, torch_doc["forward_flops"]))
+            # Each case as it finishes, so an interrupted run still leaves its figures.
+            print(f"cpu-vs-pytorch: {case[0]}: ours {statistics.median(ours) * 1e3:.3f} ms, "
+                  f"torch {statistics.median(torch_) * 1e3:.3f} ms, ratio "
+                  f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}), "
+                  f"load {loadavg()}", file=sys.stderr, flush=True)
     load_after, minutes = loadavg(), (time.time() - started) / 60
 
     env = ours_doc["environment"]["details"]
