@@ -373,7 +373,7 @@ fn max_memory_bounds_the_whole_cpu_process() {
         &[&args[..], &["--max-memory", &tight]].concat(),
     )
     .code(1)
-    .stderr(predicate::str::contains("--max-memory allows"));
+    .stderr(predicate::str::contains("at most --max-memory"));
     assert!(!dir.path().join("tight.json").exists());
     // A bound with room for the plan: the run completes within it.
     let roomy = total + (16 << 20);

@@ -35,7 +35,7 @@ pub struct HostMemoryPlan {
 /// A run whose host memory plan exceeds what the machine has or what `--max-memory` allows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "this run needs an estimated {needed} bytes ({needed_gib:.2} GiB) of host memory at its peak \
+    "this run needs an estimated {needed} bytes ({needed_gib} GiB) of host memory at its peak \
      ({parts}) but {limit_text}; reduce --batch, --context, --width or --hidden"
 )]
 pub struct HostWouldNotFit {
@@ -136,7 +136,7 @@ impl HostMemoryPlan {
                         "the machine has {limit} bytes ({} GiB) available{}",
                         gib(limit),
                         if fraction < 1.0 {
-                            format!(" (available memory x {fraction})")
+                            format!(" (free memory x {fraction})")
                         } else {
                             String::new()
                         }
@@ -151,7 +151,10 @@ impl HostMemoryPlan {
                 needed: self.total_bytes,
                 needed_gib: gib(self.total_bytes),
                 parts,
-                limit_text: format!("--max-memory allows {cap} bytes ({} GiB)", gib(cap)),
+                limit_text: format!(
+                    "the run may use at most --max-memory {cap} bytes ({} GiB)",
+                    gib(cap)
+                ),
             });
         }
         Ok(())
@@ -228,7 +231,8 @@ mod tests {
         assert!(p.check(Some(2 * new_part), 0.49, None).is_err());
         assert!(p.check(None, 1.0, Some(p.total_bytes)).is_ok());
         let e = p.check(None, 1.0, Some(p.total_bytes - 1)).unwrap_err();
-        assert!(e.to_string().contains("--max-memory allows"), "{e}");
+        assert!(e.to_string().contains("at most --max-memory"), "{e}");
+        assert!(e.to_string().contains(" GiB) of host memory"), "{e}");
     }
 
     #[test]
