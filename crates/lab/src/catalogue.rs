@@ -257,7 +257,8 @@ pub enum CatalogueError {
     /// More than [`MAX_CATALOGUE_BYTES`].
     #[error(
         "the catalogue {file} is larger than {} bytes (32 MiB), the largest accepted; expected a \
-         CSV file of tariff rows (the bundled one has 45 rows in 11 KB)", MAX_CATALOGUE_BYTES
+         CSV file of tariff rows (the bundled one has 45 rows in 11 KB)",
+        MAX_CATALOGUE_BYTES
     )]
     TooLarge {
         /// Path or name.
@@ -892,8 +893,7 @@ mod tests {
         Catalogue::from_reader("test.csv", text.as_bytes())
     }
 
-    const HEADER: &str =
-        "gpu,model,gpus_per_lot,vendor_memory_gb,usable_memory_mib,days,price_cents,currency,snapshot_date,source";
+    const HEADER: &str = "gpu,model,gpus_per_lot,vendor_memory_gb,usable_memory_mib,days,price_cents,currency,snapshot_date,source";
 
     /// A valid two-model catalogue; row 2 is b200 3 days.
     fn small() -> String {
@@ -1056,27 +1056,51 @@ mod tests {
     fn bad_fields_are_refused() {
         let cases = [
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,3,", "b200,NVIDIA B200,2,180,182631,5,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,2,180,182631,5,",
+                    1,
+                ),
                 "row 2, column `days`: `5` days is not an offered duration; expected 3, 7 or 30",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,3,", "B 200,NVIDIA B200,2,180,182631,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "B 200,NVIDIA B200,2,180,182631,3,",
+                    1,
+                ),
                 "row 2, column `gpu`: `B 200` is not a GPU slug",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,3,", "b200,,2,180,182631,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,,2,180,182631,3,",
+                    1,
+                ),
                 "row 2, column `model`: is empty",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,3,", "b200,NVIDIA B200,0,180,182631,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,0,180,182631,3,",
+                    1,
+                ),
                 "row 2, column `gpus_per_lot`: `0` is zero",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,3,", "b200,NVIDIA B200,2,18.5,182631,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,2,18.5,182631,3,",
+                    1,
+                ),
                 "row 2, column `vendor_memory_gb`: `18.5` is not a whole number",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,3,", "b200,NVIDIA B200,2,180,0,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,2,180,0,3,",
+                    1,
+                ),
                 "row 2, column `usable_memory_mib`: `0` is zero; expected a positive whole number: the MiB a CUDA/ROCm process sees",
             ),
             (
@@ -1092,19 +1116,35 @@ mod tests {
                 "row 2, column `source`: is empty",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,7,", "b200,NVIDIA B300,2,180,182631,7,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B300,2,180,182631,7,",
+                    1,
+                ),
                 "row 3, column `model`: `NVIDIA B300` differs from `NVIDIA B200` on row 2 for GPU `b200`",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,7,", "b200,NVIDIA B200,1,180,182631,7,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B200,1,180,182631,7,",
+                    1,
+                ),
                 "row 3, column `gpus_per_lot`: `1` differs from `2` on row 2",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,7,", "b200,NVIDIA B200,2,192,182631,7,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B200,2,192,182631,7,",
+                    1,
+                ),
                 "row 3, column `vendor_memory_gb`: `192` differs from `180` on row 2",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,182631,7,", "b200,NVIDIA B200,2,180,182630,7,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B200,2,180,182630,7,",
+                    1,
+                ),
                 "row 3, column `usable_memory_mib`: `182630` differs from `182631` on row 2",
             ),
             (
@@ -1159,10 +1199,15 @@ mod tests {
         let old = small().replacen("vendor_memory_gb,usable_memory_mib", "gpu_memory_gib", 1);
         let err = message(&old);
         assert!(
-            err.starts_with("the catalogue test.csv, row 1 (header), column `gpu_memory_gib`: was renamed"),
+            err.starts_with(
+                "the catalogue test.csv, row 1 (header), column `gpu_memory_gib`: was renamed"
+            ),
             "{err}"
         );
-        assert!(err.contains("`vendor_memory_gb`") && err.contains("`usable_memory_mib`"), "{err}");
+        assert!(
+            err.contains("`vendor_memory_gb`") && err.contains("`usable_memory_mib`"),
+            "{err}"
+        );
     }
 
     /// `price --catalogue /dev/zero` read 3.2 GB before this bound: now a reader that never ends
@@ -1209,7 +1254,9 @@ mod tests {
     /// from the start for every row, CRLF and quoted line breaks included.
     #[test]
     fn incremental_line_numbers_match_counting_from_the_start() {
-        let text = small().replacen("example price\n", "\"example\nprice\"\n", 1).replace('\n', "\r\n");
+        let text = small()
+            .replacen("example price\n", "\"example\nprice\"\n", 1)
+            .replace('\n', "\r\n");
         let content = text.as_bytes();
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
@@ -1233,7 +1280,9 @@ mod tests {
         let mut text = format!("{HEADER}\n");
         for g in 0..2000 {
             for d in DURATIONS {
-                text.push_str(&format!("g{g},G {g},1,80,81000,{d},100,USD,2026-11-29,example\n"));
+                text.push_str(&format!(
+                    "g{g},G {g},1,80,81000,{d},100,USD,2026-11-29,example\n"
+                ));
             }
         }
         text.push_str("last,Last,1,80,81000,3,100,USD,2026-11-29,example\n");

@@ -174,7 +174,12 @@ fn list_shows_both_memory_columns_with_their_units() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/tarifs-forfaits.csv"),
     )
     .unwrap();
-    for (row, line) in doc["rows"].as_array().unwrap().iter().zip(csv.lines().skip(1)) {
+    for (row, line) in doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(csv.lines().skip(1))
+    {
         let fields: Vec<&str> = line.split(',').collect();
         assert_eq!(row["vendor_memory_gb"].to_string(), fields[3]);
         assert_eq!(row["usable_memory_mib"].to_string(), fields[4]);
@@ -279,8 +284,7 @@ fn bad_input_is_a_usage_error_naming_it() {
     }
 }
 
-const HEADER: &str =
-    "gpu,model,gpus_per_lot,vendor_memory_gb,usable_memory_mib,days,price_cents,currency,snapshot_date,source";
+const HEADER: &str = "gpu,model,gpus_per_lot,vendor_memory_gb,usable_memory_mib,days,price_cents,currency,snapshot_date,source";
 
 /// A valid one-model catalogue, written with `eol` line ends, optionally after a BOM.
 fn small(eol: &str) -> String {
