@@ -93,9 +93,7 @@ pub fn fit(catalogue: &Catalogue, inputs: &FitInputs) -> Vec<FitOption> {
                 usable_bytes_per_gpu: usable,
                 fits: need <= usable,
                 headroom_bytes: headroom,
-                heads_divisible: inputs
-                    .heads
-                    .map(|(h, kv)| h % gpus == 0 && kv % gpus == 0),
+                heads_divisible: inputs.heads.map(|(h, kv)| h % gpus == 0 && kv % gpus == 0),
                 total_price_cents,
                 price_per_gpu_day_cents: ratio_half_even(
                     u128::from(total_price_cents),
@@ -156,14 +154,23 @@ mod tests {
             assert!(pair[0].total_price_cents <= pair[1].total_price_cents);
         }
         // The need splits over the GPUs; the reserve does not.
-        let one = options.iter().find(|o| o.gpu == "h100-sxm" && o.lots == 1).unwrap();
-        let two = options.iter().find(|o| o.gpu == "h100-sxm" && o.lots == 2).unwrap();
+        let one = options
+            .iter()
+            .find(|o| o.gpu == "h100-sxm" && o.lots == 1)
+            .unwrap();
+        let two = options
+            .iter()
+            .find(|o| o.gpu == "h100-sxm" && o.lots == 2)
+            .unwrap();
         assert_eq!(one.per_gpu_bytes, 132 * GIB);
         assert_eq!(two.per_gpu_bytes, 67 * GIB);
         assert!(!one.fits && two.fits);
         assert_eq!(two.headroom_bytes, (81106i128 << 20) - (67i128 << 30));
         // 3 GPUs do not divide 64 heads and 8 KV heads.
-        let three = options.iter().find(|o| o.gpu == "h100-sxm" && o.lots == 3).unwrap();
+        let three = options
+            .iter()
+            .find(|o| o.gpu == "h100-sxm" && o.lots == 3)
+            .unwrap();
         assert_eq!(three.heads_divisible, Some(false));
         assert_eq!(two.heads_divisible, Some(true));
     }

@@ -153,7 +153,11 @@ pub fn memory(facts: &ModelFacts, options: &MemoryOptions) -> Result<MemoryEstim
             base.weight_bytes = stored;
             base.weight_gib = ratio_half_even(stored, GIB).ok_or(MemoryError::Overflow)?;
             base.weight_gb = ratio_half_even(stored, GB).ok_or(MemoryError::Overflow)?;
-            ("stored: the sum of the safetensors tensors' bytes", stored, None)
+            (
+                "stored: the sum of the safetensors tensors' bytes",
+                stored,
+                None,
+            )
         }
         (Some(b), _) if b % 8 != 0 => {
             let packed = (n * u128::from(b)).div_ceil(8);
