@@ -163,7 +163,7 @@ pub fn memory(facts: &ModelFacts, options: &MemoryOptions) -> Result<MemoryEstim
             let packed = (n * u128::from(b)).div_ceil(8);
             assumptions.push(format!(
                 "{b}-bit weights: weight_bytes keeps the whole-byte rule (ceil({b} / 8) = {} \
-                 bytes per parameter); packed_weight_bytes = ceil(parameters x {b} / 8) is what \
+                 byte(s) per parameter); packed_weight_bytes = ceil(parameters x {b} / 8) is what \
                  packed {b}-bit storage holds, and it is the figure in total_bytes",
                 b.div_ceil(8)
             ));
