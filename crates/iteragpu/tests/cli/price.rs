@@ -291,7 +291,7 @@ fn small(eol: &str) -> String {
     let mut s = format!("{HEADER}{eol}");
     for (d, cents) in [(3, 30_000), (7, 65_000), (30, 250_000)] {
         s.push_str(&format!(
-            "x1,Test GPU,4,64,65000,{d},{cents},USD,2026-11-29,quoted by mail 2026-11-29{eol}"
+            "x1,Test GPU,4,64,64000,{d},{cents},USD,2026-11-29,quoted by mail 2026-11-29{eol}"
         ));
     }
     s
@@ -347,13 +347,13 @@ fn faulty_catalogues_exit_1_naming_file_row_and_column() {
     let cases: Vec<(String, &str)> = vec![
         (
             good.replace(
-                "x1,Test GPU,4,64,65000,30,250000,USD,2026-11-29,quoted by mail 2026-11-29\n",
+                "x1,Test GPU,4,64,64000,30,250000,USD,2026-11-29,quoted by mail 2026-11-29\n",
                 "",
             ),
             "rows 2, 3, column `days`: GPU `x1` has no 30-day row",
         ),
         (
-            format!("{good}x1,Test GPU,4,64,65000,7,1,USD,2026-11-29,again\n"),
+            format!("{good}x1,Test GPU,4,64,64000,7,1,USD,2026-11-29,again\n"),
             "row 5, column `days`: duplicates row 3",
         ),
         (
