@@ -295,17 +295,17 @@ fn from_safetensors(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         for t in header.tensors {
-            if let Some((index_name, map)) = &index {
-                if map.get(&t.name) != Some(&file_name) {
-                    return Err(ModelError::Index {
-                        file: index_name.clone(),
-                        problem: format!(
-                            "does not map tensor `{}` to {shown}, which holds it; expected the \
-                             index to match the shards",
-                            t.name
-                        ),
-                    });
-                }
+            if let Some((index_name, map)) = &index
+                && map.get(&t.name) != Some(&file_name)
+            {
+                return Err(ModelError::Index {
+                    file: index_name.clone(),
+                    problem: format!(
+                        "does not map tensor `{}` to {shown}, which holds it; expected the \
+                         index to match the shards",
+                        t.name
+                    ),
+                });
             }
             if let Some(other) = seen.insert(t.name.clone(), shown.clone()) {
                 return Err(ModelError::Tensor {
