@@ -2,6 +2,7 @@
 
 mod environment;
 mod estimate;
+mod fit;
 mod kit;
 mod ledger;
 mod price;
