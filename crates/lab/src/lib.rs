@@ -19,3 +19,4 @@ pub mod measure;
 pub mod price;
 pub mod tool;
 pub mod units;
+pub mod workspaces;
