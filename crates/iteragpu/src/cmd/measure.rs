@@ -78,7 +78,7 @@ pub struct Args {
     pub plan: bool,
     /// With --plan --device cuda: the GPU's compute capability, MAJOR.MINOR (9.0 for an H100 or
     /// H200, 8.0 for an A100, 10.0 for a B200); it decides the default cuBLAS workspace.
-    #[arg(long, requires = "plan", value_parser = parse_compute_capability, value_name = "MAJOR.MINOR")]
+    #[arg(long, value_parser = parse_compute_capability, value_name = "MAJOR.MINOR")]
     pub compute_capability: Option<(i32, i32)>,
     /// Print the document (or the plan) on stdout as JSON instead of the summary table.
     #[arg(long)]
@@ -275,6 +275,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     .map_err(|e| usage(e.to_string()))?;
     if args.plan {
         return print_plan(&args, &plan);
+    }
+    if args.compute_capability.is_some() {
+        return Err(usage(
+            "--compute-capability only applies to --plan: a device reports its own".to_string(),
+        ));
     }
     let Some(output) = args.output.as_deref() else {
         return Err(usage("--output FILE is required (or --plan)".to_string()));
