@@ -2,6 +2,7 @@
 
 mod environment;
 mod estimate;
+mod gpu_check;
 mod kit;
 mod ledger;
 mod price;
