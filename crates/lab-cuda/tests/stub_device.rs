@@ -684,11 +684,13 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
         (DType::Bfloat16, unified, KernelChoice::Cubin),
         (DType::Float32, none, KernelChoice::Auto),
     ];
+    let log = Log::new();
     for (dtype, workspaces, kernel_form) in cases {
         let options = CudaOptions {
             kernel_form,
             workspaces,
         };
+        log.take();
         let mut d = CudaDevice::open(0, ToolInfo::new(None), &options).unwrap();
         d.enable_allocation_trace();
         let plan = plan(2, 8, 32, dtype);
@@ -751,6 +753,23 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
             &[CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE]
         };
         assert_eq!(ws, expected, "{what}");
+        // One cuBLASLt matmul per Linear, each with the bias epilogue, and no other kernel than
+        // the inputs and GELU: 2 products per pass, 1 cold + 2 warm-up + 2 timed passes.
+        let calls = log.take();
+        assert_eq!(calls.matches("lt_matmul ").count(), 10, "{what}");
+        assert_eq!(calls.matches("attr=7 size=4 value=4").count(), 10, "{what}");
+        assert_eq!(calls.matches("cublas_create").count(), 1, "{what}");
+        let kernels: std::collections::BTreeSet<&str> = calls
+            .lines()
+            .filter_map(|l| l.strip_prefix("launch "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(kernels.len(), 2, "inputs and GELU only: {kernels:?}");
+        assert!(
+            kernels
+                .iter()
+                .all(|k| k.starts_with("inputs_") || k.starts_with("gelu_"))
+        );
     }
     println!("CHILD DONE");
 }

@@ -126,7 +126,7 @@ impl WorkspaceOptions {
 pub fn parse_cublas_workspace_config(text: &str) -> Option<u64> {
     let rest = text.strip_prefix(':')?;
     let parts: Vec<&str> = rest.split(':').collect();
-    if parts.is_empty() || parts.len() % 2 != 0 {
+    if parts.is_empty() || !parts.len().is_multiple_of(2) {
         return None;
     }
     let mut total: u64 = 0;
