@@ -132,10 +132,14 @@ fn case_folder() -> tempfile::TempDir {
 }
 
 fn judge(work: &Path) -> Output {
+    judge_case(work, "c")
+}
+
+fn judge_case(work: &Path, case: &str) -> Output {
     Command::new("python3")
         .arg(repo().join("scripts/gpu_check_report.py"))
         .arg(work)
-        .args(["--require-peer", "c"])
+        .args(["--require-peer", case])
         .output()
         .expect("python3 must be installed to judge the GPU check")
 }
@@ -208,4 +212,20 @@ fn the_judge_fails_on_a_failed_check_a_missing_peer_or_a_different_policy() {
     let out = judge(work.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(text(&out).contains("no PyTorch document"), "{}", text(&out));
+}
+
+#[test]
+fn the_judge_holds_each_case_to_its_expectations() {
+    let work = case_folder();
+    let met = judge_case(work.path(), "c|expect=allow_tf32:false");
+    assert!(met.status.success(), "{}", text(&met));
+    assert!(text(&met).contains("expected allow_tf32 false: false  ok"));
+    // The CPU reference loads no kernels: a case that expects the PTX JIT fails.
+    let unmet = judge_case(work.path(), "c|expect=kernel_form:ptx-jit");
+    assert_eq!(unmet.status.code(), Some(1), "{}", text(&unmet));
+    assert!(
+        text(&unmet).contains("kernel_form is None, expected ptx-jit"),
+        "{}",
+        text(&unmet)
+    );
 }
