@@ -21,3 +21,4 @@ pub mod memory;
 pub mod price;
 pub mod tool;
 pub mod units;
+pub mod workspaces;

@@ -3,6 +3,7 @@
 mod environment;
 mod estimate;
 mod fit;
+mod gpu_check;
 mod kit;
 mod ledger;
 mod price;
