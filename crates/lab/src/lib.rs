@@ -17,5 +17,6 @@ pub mod estimate;
 pub mod files;
 pub mod measure;
 pub mod price;
+pub mod text;
 pub mod tool;
 pub mod units;
