@@ -201,19 +201,13 @@ fn unique() -> String {
 /// Creates and removes a file in `folder` whose name is as long as `path`'s: the filesystem
 /// itself says whether the folder takes the name (and files at all).
 fn probe(path: &Path, folder: &Path) -> Result<(), OutputError> {
-    let wanted = path
-        .file_name()
-        .map_or(0, |n| n.as_encoded_bytes().len());
+    let wanted = path.file_name().map_or(0, |n| n.as_encoded_bytes().len());
     let mut name = format!("{TMP_PREFIX}{}", unique());
     let pad = wanted.saturating_sub(name.len() + TMP_SUFFIX.len());
     name.extend(std::iter::repeat_n('x', pad));
     name.push_str(TMP_SUFFIX);
     let probe = folder.join(name);
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-    {
+    match OpenOptions::new().write(true).create_new(true).open(&probe) {
         Ok(file) => {
             drop(file);
             let _ = std::fs::remove_file(&probe);
@@ -234,6 +228,7 @@ fn probe(path: &Path, folder: &Path) -> Result<(), OutputError> {
 }
 
 /// A temporary file being written: removed when dropped, unless it was moved into place.
+#[derive(Debug)]
 struct Temporary {
     /// Open for writing and locked (exclusive) until dropped.
     file: File,
@@ -441,7 +436,11 @@ pub fn read_bounded_from(
     if meta.is_file() && meta.len() > limit {
         return Err(too_large());
     }
-    let mut bytes = Vec::with_capacity(if meta.is_file() { meta.len() as usize } else { 0 });
+    let mut bytes = Vec::with_capacity(if meta.is_file() {
+        meta.len() as usize
+    } else {
+        0
+    });
     let mut file = file;
     (&mut file)
         .take(limit.saturating_add(1))
@@ -537,7 +536,10 @@ mod tests {
         std::fs::write(&target, b"x").unwrap();
         let link = dir.path().join("link.csv");
         std::os::unix::fs::symlink(&target, &link).unwrap();
-        assert!(matches!(replace(&link, b"y"), Err(OutputError::NotAFile(_))));
+        assert!(matches!(
+            replace(&link, b"y"),
+            Err(OutputError::NotAFile(_))
+        ));
     }
 
     #[test]
@@ -547,15 +549,22 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let dead = child.id();
         child.wait().unwrap();
-        let stale = dir.path().join(format!("{TMP_PREFIX}{dead}-abc123{TMP_SUFFIX}"));
+        let stale = dir
+            .path()
+            .join(format!("{TMP_PREFIX}{dead}-abc123{TMP_SUFFIX}"));
         std::fs::write(&stale, b"half").unwrap();
         // Ours (a live process) and another tool's file.
-        let ours = dir.path().join(format!("{TMP_PREFIX}{}-def456{TMP_SUFFIX}", std::process::id()));
+        let ours = dir.path().join(format!(
+            "{TMP_PREFIX}{}-def456{TMP_SUFFIX}",
+            std::process::id()
+        ));
         std::fs::write(&ours, b"in use").unwrap();
         let foreign = dir.path().join(".other-1.tmp");
         std::fs::write(&foreign, b"x").unwrap();
         // A dead id whose file someone still holds locked (another PID namespace, say).
-        let held = dir.path().join(format!("{TMP_PREFIX}{dead}-ghi789{TMP_SUFFIX}"));
+        let held = dir
+            .path()
+            .join(format!("{TMP_PREFIX}{dead}-ghi789{TMP_SUFFIX}"));
         std::fs::write(&held, b"held").unwrap();
         let holder = File::open(&held).unwrap();
         holder.lock().unwrap();
@@ -583,7 +592,7 @@ mod tests {
         let err = filled(&p, b"x").unwrap_err();
         let text = err.to_string();
         assert_eq!(text.matches("os error").count(), 1, "{text}");
-        assert!(!text.contains(".tmp"), "{text}");
+        assert!(!text.contains(TMP_PREFIX), "{text}");
     }
 
     #[test]
@@ -602,7 +611,10 @@ mod tests {
         );
         // A device with no end is cut at the limit, not read forever.
         let err = read_bounded(Path::new("/dev/zero"), 4096, "a test file").unwrap_err();
-        assert!(matches!(err, InputError::TooLarge { limit: 4096, .. }), "{err}");
+        assert!(
+            matches!(err, InputError::TooLarge { limit: 4096, .. }),
+            "{err}"
+        );
         let err = read_bounded(&dir.path().join("none"), 1, "x").unwrap_err();
         assert!(err.is_not_found(), "{err}");
         assert_eq!(err.to_string().matches("os error").count(), 1);

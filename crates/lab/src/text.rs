@@ -87,11 +87,25 @@ mod tests {
 
     #[test]
     fn formulas_get_a_leading_quote() {
-        for bad in ["=1+1", "+1", "-2", "@SUM(A1)", "\tx", "\rx", "=HYPERLINK(\"x\")"] {
+        for bad in [
+            "=1+1",
+            "+1",
+            "-2",
+            "@SUM(A1)",
+            "\tx",
+            "\rx",
+            "=HYPERLINK(\"x\")",
+        ] {
             assert_eq!(neutralise_cell(bad), format!("'{bad}"));
             assert!(!starts_like_formula(&neutralise_cell(bad)));
         }
-        for good in ["tickets-v3", "rerun, same corpus", "", "'already quoted", " =spaced"] {
+        for good in [
+            "tickets-v3",
+            "rerun, same corpus",
+            "",
+            "'already quoted",
+            " =spaced",
+        ] {
             assert_eq!(neutralise_cell(good), good);
         }
     }

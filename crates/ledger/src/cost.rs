@@ -178,11 +178,12 @@ fn sum_units(corpora: &[CorpusUnits]) -> Option<u64> {
 
 /// Why a set of runs has no unit price.
 fn why_none(runs: usize) -> String {
-    format!(
-        "no run met the protocol's acceptance threshold ({runs} run{} recorded, none at or above \
-         its minimum_acceptance_rate): there is no price per accepted unit without accepted units",
-        if runs == 1 { "" } else { "s" }
-    )
+    let which = if runs == 1 {
+        "its one run did not meet".to_string()
+    } else {
+        format!("none of its {runs} runs met")
+    };
+    format!("{which} the protocol's minimum_acceptance_rate, so no unit counts as accepted")
 }
 
 /// The per-rental costs of `rows` (read from `path`, named in errors).
@@ -312,7 +313,15 @@ mod tests {
     use proptest::prelude::*;
 
     fn row(line: u64, rental: &str, package: &str, corpus: &str, accepted: u64) -> LineRow {
-        row_with(line, rental, package, corpus, 500, accepted, Aggregation::Best)
+        row_with(
+            line,
+            rental,
+            package,
+            corpus,
+            500,
+            accepted,
+            Aggregation::Best,
+        )
     }
 
     fn row_with(
@@ -366,19 +375,39 @@ mod tests {
         let costs = cost_rows(Path::new("g.csv"), &rows, &c).unwrap();
         assert_eq!(costs.len(), 2);
         let a = &costs[0];
-        assert_eq!((a.rental.as_str(), a.runs, a.runs_meeting_threshold), ("a", 3, 2));
+        assert_eq!(
+            (a.rental.as_str(), a.runs, a.runs_meeting_threshold),
+            ("a", 3, 2)
+        );
         assert_eq!(a.accepted_units, 480);
         assert_eq!(a.total_price_cents, 2 * lot("b200", 7));
         assert_eq!(
             a.unit_price_cents,
             Some(unit_price_cents(2 * lot("b200", 7), 480).unwrap())
         );
-        let invoices = a.corpora.iter().find(|c| c.corpus_id == "invoices-v1").unwrap();
-        assert_eq!((invoices.runs, invoices.runs_meeting_threshold, invoices.accepted_units), (1, 0, 0));
+        let invoices = a
+            .corpora
+            .iter()
+            .find(|c| c.corpus_id == "invoices-v1")
+            .unwrap();
+        assert_eq!(
+            (
+                invoices.runs,
+                invoices.runs_meeting_threshold,
+                invoices.accepted_units
+            ),
+            (1, 0, 0)
+        );
         let b = &costs[1];
         assert_eq!(b.accepted_units, 0);
         assert_eq!(b.unit_price_cents, None);
-        assert!(b.no_unit_price.as_deref().unwrap().contains("no run met"), "{b:?}");
+        assert!(
+            b.no_unit_price
+                .as_deref()
+                .unwrap()
+                .contains("its one run did not meet"),
+            "{b:?}"
+        );
         let json = serde_json::to_value(b).unwrap();
         assert!(json["unit_price_cents"].is_null());
     }
@@ -389,10 +418,22 @@ mod tests {
         let rows = vec![
             row(2, "first", "h200:7:1", "tickets-v3", 470),
             row(3, "second", "h200:7:1", "tickets-v3", 480),
-            row_with(4, "second", "h200:7:1", "invoices-v1", 100, 95, Aggregation::Best),
+            row_with(
+                4,
+                "second",
+                "h200:7:1",
+                "invoices-v1",
+                100,
+                95,
+                Aggregation::Best,
+            ),
         ];
         let report_rentals = cost_rows(Path::new("g.csv"), &rows, &c).unwrap();
-        assert_eq!(report_rentals.len(), 2, "one package bought twice is two rentals");
+        assert_eq!(
+            report_rentals.len(),
+            2,
+            "one package bought twice is two rentals"
+        );
         assert_eq!(report_rentals[1].accepted_units, 480 + 95);
         let t = totals(&rows, &report_rentals);
         assert_eq!(t.len(), 1);

@@ -146,7 +146,10 @@ mod tests {
             ("NVIDIA GeForce RTX 4090", "rtx-4090"),
             ("NVIDIA GeForce RTX 5090", "rtx-5090"),
             ("NVIDIA RTX A6000", "rtx-a6000"),
-            ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "rtx-pro-6000"),
+            (
+                "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+                "rtx-pro-6000",
+            ),
         ];
         let slugs: Vec<&str> = catalogue.gpus();
         for (name, slug) in cases {
@@ -159,7 +162,11 @@ mod tests {
             }
         }
         // The catalogue's own display name always matches.
-        assert!(is_package_gpu(&gpu("AMD Instinct MI300X"), "mi300x", "AMD Instinct MI300X"));
+        assert!(is_package_gpu(
+            &gpu("AMD Instinct MI300X"),
+            "mi300x",
+            "AMD Instinct MI300X"
+        ));
         let cpu = identify(&lab::cpu::environment(ToolInfo::new(None)));
         assert!(!is_package_gpu(&cpu, "h200", "NVIDIA H200"));
         assert!(!is_package_gpu(&gpu(UNKNOWN), "h200", "NVIDIA H200"));

@@ -173,7 +173,9 @@ pub enum LedgerError {
         reason: String,
     },
     /// Notes that would break the one-line-per-run grid, or too long.
-    #[error("--notes must be one line of text of at most {max} characters (no line breaks or control characters)")]
+    #[error(
+        "--notes must be one line of text of at most {max} characters (no line breaks or control characters)"
+    )]
     Notes {
         /// The longest notes accepted, in characters.
         max: usize,

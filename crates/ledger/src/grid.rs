@@ -788,9 +788,14 @@ mod tests {
         let err = parse(Path::new("g.csv"), format!("{EARLIER_HEADER}\n").as_bytes())
             .unwrap_err()
             .to_string();
-        assert!(err.contains("is not a results grid of this version"), "{err}");
+        assert!(
+            err.contains("is not a results grid of this version"),
+            "{err}"
+        );
         assert!(err.contains("written by an earlier iteragpu"), "{err}");
-        let err = parse(Path::new("g.csv"), b"a,b\n1,2\n").unwrap_err().to_string();
+        let err = parse(Path::new("g.csv"), b"a,b\n1,2\n")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("It is not a grid this tool writes"), "{err}");
     }
 
@@ -844,8 +849,14 @@ mod tests {
         for (bad, words) in [
             (twice, "already the row at line 2"),
             (other_package, "rental r1 is package b200:7:2 (line 2)"),
-            (other_protocol, "corpus tickets-v3 is judged by protocol abababababab"),
-            (other_rule, "another acceptance_threshold or aggregation at line 2"),
+            (
+                other_protocol,
+                "corpus tickets-v3 is judged by protocol abababababab",
+            ),
+            (
+                other_rule,
+                "another acceptance_threshold or aggregation at line 2",
+            ),
         ] {
             let err = parse(Path::new("g.csv"), &grid_of(&[row(1), bad]))
                 .unwrap_err()

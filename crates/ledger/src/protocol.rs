@@ -72,7 +72,7 @@ pub const FIELDS: [(&str, &str); 10] = [
     ),
     (
         "aggregation",
-        "When the corpus is run more than once on one rental, which of the runs that met minimum_acceptance_rate gives its accepted units: best (the most accepted), last (the run recorded last) or mean (their mean, rounded down).",
+        "Which run counts when the corpus runs more than once on one rental (of the runs meeting minimum_acceptance_rate): best, last or mean (rounded down).",
     ),
     (
         "date",
@@ -426,7 +426,11 @@ pub struct Lock {
 
 /// Reads a protocol file within [`PROTOCOL_LIMIT`].
 fn read_protocol(path: &Path) -> Result<Vec<u8>, LedgerError> {
-    Ok(files::read_bounded(path, PROTOCOL_LIMIT, "a protocol file")?)
+    Ok(files::read_bounded(
+        path,
+        PROTOCOL_LIMIT,
+        "a protocol file",
+    )?)
 }
 
 /// Checks a filled-in protocol and locks it; refuses empty fields and a second lock. The lock
@@ -611,8 +615,16 @@ mod tests {
         let p = Path::new("p.txt");
         for (from, to, field) in [
             ("aggregation = best", "aggregation = max", "aggregation"),
-            ("corpus_id = tickets-v3", "corpus_id = =HYPERLINK(1)", "corpus_id"),
-            ("corpus_id = tickets-v3", "corpus_id = tickets v3", "corpus_id"),
+            (
+                "corpus_id = tickets-v3",
+                "corpus_id = =HYPERLINK(1)",
+                "corpus_id",
+            ),
+            (
+                "corpus_id = tickets-v3",
+                "corpus_id = tickets v3",
+                "corpus_id",
+            ),
             (
                 "corpus_description = 500 tickets",
                 "corpus_description = 500 \u{1b}[31mtickets",
@@ -636,7 +648,10 @@ mod tests {
         assert_eq!(Aggregation::Best.apply(&runs), Some(480));
         assert_eq!(Aggregation::Last.apply(&runs), Some(468));
         assert_eq!(Aggregation::Mean.apply(&runs), Some(473)); // 1421 / 3 = 473.67
-        assert_eq!(Aggregation::Mean.apply(&[u64::MAX, u64::MAX]), Some(u64::MAX));
+        assert_eq!(
+            Aggregation::Mean.apply(&[u64::MAX, u64::MAX]),
+            Some(u64::MAX)
+        );
         for rule in Aggregation::ALL {
             assert_eq!(rule.apply(&[]), None);
             assert_eq!(Aggregation::parse(rule.name()), Some(rule));
@@ -714,7 +729,10 @@ mod tests {
         // What an interrupted lock of an earlier version left.
         std::fs::write(lock_path(&path), b"").unwrap();
         let err = lock(&path, SystemTime::now(), "0").unwrap_err().to_string();
-        assert!(err.contains("it is empty") && err.contains("remove it"), "{err}");
+        assert!(
+            err.contains("it is empty") && err.contains("remove it"),
+            "{err}"
+        );
         std::fs::remove_file(lock_path(&path)).unwrap();
         let _ = lock(&path, SystemTime::now(), "0").unwrap();
         let mut names: Vec<String> = std::fs::read_dir(dir.path())
@@ -733,7 +751,10 @@ mod tests {
         text.push_str(&"# padding\n".repeat((PROTOCOL_LIMIT / 10 + 1) as usize));
         std::fs::write(&path, text).unwrap();
         let err = lock(&path, SystemTime::now(), "0").unwrap_err().to_string();
-        assert!(err.contains("larger than 1 MiB, the limit for a protocol file"), "{err}");
+        assert!(
+            err.contains("larger than 1 MiB, the limit for a protocol file"),
+            "{err}"
+        );
     }
 
     proptest! {

@@ -102,12 +102,11 @@ fn resolve_results(path: &Path) -> Result<PathBuf, LedgerError> {
     for _ in 0..40 {
         match current.symlink_metadata() {
             Ok(meta) if meta.file_type().is_symlink() => {
-                let target = std::fs::read_link(&current).map_err(|e| {
-                    lab::files::OutputError::Io {
+                let target =
+                    std::fs::read_link(&current).map_err(|e| lab::files::OutputError::Io {
                         path: current.clone(),
                         reason: lab::files::os_message(&e),
-                    }
-                })?;
+                    })?;
                 if current.metadata().is_err() {
                     return Err(lab::files::OutputError::DanglingLink(path.to_path_buf()).into());
                 }
@@ -181,12 +180,13 @@ pub fn record(req: &RecordRequest, catalogue: &Catalogue) -> Result<Recorded, Le
     let matches = device::is_package_gpu(&identity, &quote.gpu, &quote.model);
     if !matches && !req.allow_device_mismatch {
         let measured = if identity.uuid == CPU_REFERENCE {
-            format!(
-                "the CPU reference device ({})",
-                printable(&identity.model)
-            )
+            format!("the CPU reference device ({})", printable(&identity.model))
         } else {
-            format!("{} ({})", printable(&identity.model), printable(&identity.uuid))
+            format!(
+                "{} ({})",
+                printable(&identity.model),
+                printable(&identity.uuid)
+            )
         };
         return Err(LedgerError::DeviceMismatch {
             path: req.measurement.clone(),

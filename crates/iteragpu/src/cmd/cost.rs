@@ -77,11 +77,10 @@ fn rental(s: &mut String, r: &RentalCost) {
         r.runs, r.runs_meeting_threshold
     );
     for c in &r.corpora {
-        let counted = if c.runs_meeting_threshold == 0 {
-            format!(
-                "none of its {} met the threshold",
-                plural(c.runs, "run")
-            )
+        let counted = if c.runs_meeting_threshold == 0 && c.runs == 1 {
+            "its one run did not meet the threshold".to_string()
+        } else if c.runs_meeting_threshold == 0 {
+            format!("none of its {} runs met the threshold", c.runs)
         } else {
             format!(
                 "{} the {} that met the threshold",
@@ -103,12 +102,32 @@ fn rental(s: &mut String, r: &RentalCost) {
         cents_to_amount(r.total_price_cents),
         r.total_price_cents
     );
-    unit_line(s, &r.currency, r.unit_price_cents, r.accepted_units, r.no_unit_price.as_deref(), star);
+    unit_line(
+        s,
+        &r.currency,
+        r.unit_price_cents,
+        r.accepted_units,
+        r.no_unit_price.as_deref(),
+        star,
+    );
+    // One line per device, listing its runs' lines.
+    let mut devices: Vec<(&str, &str, Vec<String>)> = Vec::new();
     for m in &r.device_mismatches {
+        match devices
+            .iter_mut()
+            .find(|(model, uuid, _)| *model == m.device_model && *uuid == m.device_uuid)
+        {
+            Some((_, _, lines)) => lines.push(m.line.to_string()),
+            None => devices.push((&m.device_model, &m.device_uuid, vec![m.line.to_string()])),
+        }
+    }
+    for (model, uuid, lines) in devices {
         let _ = writeln!(
             s,
-            "  device mismatch      line {}: measured on {} ({}), not on an {}; recorded with --allow-device-mismatch",
-            m.line, m.device_model, m.device_uuid, r.model
+            "  device mismatch      line{} {}: measured on {model} ({uuid}), not an {} (--allow-device-mismatch)",
+            if lines.len() == 1 { "" } else { "s" },
+            lines.join(", "),
+            r.model
         );
     }
 }
@@ -158,7 +177,14 @@ fn total(s: &mut String, t: &Total) {
         "  distinct accepted    {} (each corpus once, however many rentals ran it)",
         t.accepted_units
     );
-    unit_line(s, &t.currency, t.unit_price_cents, t.accepted_units, t.no_unit_price.as_deref(), star);
+    unit_line(
+        s,
+        &t.currency,
+        t.unit_price_cents,
+        t.accepted_units,
+        t.no_unit_price.as_deref(),
+        star,
+    );
 }
 
 fn render(report: &CostReport) -> String {

@@ -2,6 +2,8 @@
 
 mod environment;
 mod estimate;
+mod files;
+mod kill_loop;
 mod kit;
 mod ledger;
 mod price;
