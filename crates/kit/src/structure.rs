@@ -312,13 +312,12 @@ pub fn layout(file: &mut (impl Read + Seek), len: u64) -> Result<Layout, String>
         }
         if flags & FLAG_DESCRIPTOR == 0 {
             let (mut lc, mut lu) = (u64::from(u32_at(&head, 18)), u64::from(u32_at(&head, 22)));
-            if lc == 0xFFFF_FFFF || lu == 0xFFFF_FFFF {
-                if let Some(f) =
+            if (lc == 0xFFFF_FFFF || lu == 0xFFFF_FFFF)
+                && let Some(f) =
                     zip64_fields(local_extra, [lu == 0xFFFF_FFFF, lc == 0xFFFF_FFFF, false])
-                {
-                    lu = f[0].unwrap_or(lu);
-                    lc = f[1].unwrap_or(lc);
-                }
+            {
+                lu = f[0].unwrap_or(lu);
+                lc = f[1].unwrap_or(lc);
             }
             if u32_at(&head, 14) != entry.crc || lc != entry.compressed || lu != entry.uncompressed
             {

@@ -209,10 +209,10 @@ pub fn cost_rows(
         let unpriced = |reason: String| LedgerError::Unpriced {
             path: path.to_path_buf(),
             line: first.line,
-            rental: rental.to_string(),
-            package: package.to_string(),
-            catalogue: catalogue.name().to_string(),
-            reason,
+            message: format!(
+                "rental {rental} ({package}) cannot be priced with the catalogue {}: {reason}",
+                catalogue.name()
+            ),
         };
         let q = quote(
             catalogue,

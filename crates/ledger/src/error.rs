@@ -181,20 +181,14 @@ pub enum LedgerError {
         max: usize,
     },
     /// A rental that cannot be priced with the catalogue given.
-    #[error("{}, line {line}: rental {rental} ({package}) cannot be priced with the catalogue {catalogue}: {reason}; price the grid with the catalogue its runs were recorded against (--catalogue FILE)", path.display())]
+    #[error("{}, line {line}: {message}; price the grid with the catalogue its runs were recorded against (--catalogue FILE)", path.display())]
     Unpriced {
         /// The grid.
         path: PathBuf,
         /// The rental's first line.
         line: u64,
-        /// The rental.
-        rental: String,
-        /// Its package.
-        package: String,
-        /// The catalogue used.
-        catalogue: String,
-        /// The pricing error.
-        reason: String,
+        /// Which rental, with which catalogue, and why.
+        message: String,
     },
 }
 

@@ -204,8 +204,11 @@ fn render(report: &CostReport) -> String {
     for r in &report.rentals {
         rental(&mut s, r);
     }
-    for t in &report.totals {
-        total(&mut s, t);
+    // With one rental the total is that rental: said once.
+    if report.rentals.len() > 1 {
+        for t in &report.totals {
+            total(&mut s, t);
+        }
     }
     if report.rentals.iter().any(|r| r.example_price) {
         let _ = writeln!(

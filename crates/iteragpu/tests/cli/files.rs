@@ -295,3 +295,21 @@ fn inputs_over_their_limit_are_refused_by_name() {
         ));
     drop(big);
 }
+
+/// Item 10: what was typed on the command line, quoted back in an error, never reaches the
+/// terminal raw either.
+#[test]
+fn a_refused_command_line_is_quoted_without_control_characters() {
+    let out = iteragpu()
+        .args(["record", "--package", "b200\u{1b}]0;owned\u{7}:7:1"])
+        .assert()
+        .code(2);
+    let stderr = String::from_utf8_lossy(&out.get_output().stderr).into_owned();
+    assert!(!stderr.contains(['\u{1b}', '\u{7}']), "{stderr:?}");
+    assert!(stderr.contains("b200\\u{1b}]0;owned\\u{7}"), "{stderr:?}");
+    iteragpu()
+        .args(["cost", "--help"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("Per rental"));
+}

@@ -130,11 +130,19 @@ fn kill_9_never_tears_a_row_nor_leaves_an_unusable_lock() {
     );
     let record_time = start.elapsed();
 
+    // Until `kills` kills have landed while `record` ran (a run that ended before its kill
+    // does not count as one).
     let (mut torn, mut whole_new, mut unchanged, mut finished, mut stale) = (0, 0, 0, 0, 0);
     let mut rows = ledger::grid::read(&grid).unwrap().rows.len();
-    for i in 0..kills {
+    let mut i = 0;
+    while i - finished < kills {
+        assert!(
+            i < 4 * kills,
+            "the kills keep missing: {finished} of {i} runs ended first"
+        );
         let m = write_measurement(dir.path(), i as u64, true);
-        let delay = record_time.mul_f64(rng.below(1500) as f64 / 1000.0);
+        let delay = record_time.mul_f64(rng.below(1000) as f64 / 1000.0);
+        i += 1;
         if kill_after(record(&grid, &protocol, &m), delay) {
             finished += 1;
         }
@@ -163,12 +171,21 @@ fn kill_9_never_tears_a_row_nor_leaves_an_unusable_lock() {
     filled_protocol(&timing);
     assert!(lock(&timing).status().unwrap().success());
     let lock_time = start.elapsed();
-    let (mut locked, mut lockable, mut unusable) = (0, 0, 0);
-    for i in 0..kills {
+    let (mut locked, mut lockable, mut unusable, mut lock_finished) = (0, 0, 0, 0);
+    let record_runs = i;
+    let mut i = 0;
+    while i - lock_finished < kills {
+        assert!(
+            i < 4 * kills,
+            "the kills keep missing: {lock_finished} of {i} locks ended first"
+        );
         let p = dir.path().join(format!("p{i}.txt"));
         filled_protocol(&p);
-        let delay = lock_time.mul_f64(rng.below(1500) as f64 / 1000.0);
-        kill_after(lock(&p), delay);
+        let delay = lock_time.mul_f64(rng.below(1000) as f64 / 1000.0);
+        i += 1;
+        if kill_after(lock(&p), delay) {
+            lock_finished += 1;
+        }
         stale += temporaries(dir.path()).len();
         let lock_file = ledger::protocol::lock_path(&p);
         if lock_file.exists() {
@@ -189,12 +206,14 @@ fn kill_9_never_tears_a_row_nor_leaves_an_unusable_lock() {
     }
     let left = temporaries(dir.path()).len();
     eprintln!(
-        "kill -9 loop: {kills} kills of `record` (one run takes {record_time:?}): {unchanged} left \
-         the grid as it was, {whole_new} after the row was in place ({finished} had finished), \
-         {torn} torn; {kills} kills of `protocol lock` (one takes {lock_time:?}): {locked} locked, \
-         {lockable} not locked and locked again afterwards, {unusable} unusable; {stale} \
-         temporary files seen after kills, {left_by_record} left after the next `record`, {left} \
-         at the end"
+        "kill -9 loop: {record_runs} runs of `record` ({} killed while running; one run takes \
+         {record_time:?}): {unchanged} left the grid as it was, {whole_new} with the new row in \
+         place, {torn} torn; {i} runs of `protocol lock` ({} killed while running; one takes \
+         {lock_time:?}): {locked} locked, {lockable} not locked and locked again afterwards, \
+         {unusable} unusable; {stale} temporary files seen after kills, {left_by_record} left \
+         after the next `record`, {left} at the end",
+        record_runs - finished,
+        i - lock_finished,
     );
     assert_eq!(torn, 0, "torn grids");
     assert_eq!(unusable, 0, "unusable locks");

@@ -374,24 +374,18 @@ fn signal(pid: u32, name: &str) {
 }
 
 /// Issue 11, item 11: two sweeps into the same new folder never both succeed: the folder is
-/// claimed for a sweep's whole life.
+/// claimed for a sweep's whole life. (Started together, two sweeps of an earlier version both
+/// succeeded with each other's points about once in ten rounds.)
 #[test]
 fn two_sweeps_never_share_a_folder() {
     let dir = tempfile::tempdir().unwrap();
-    for round in 0..3 {
+    for round in 0..30 {
         let folder = format!("runs-{round}");
         let start = || {
             std::process::Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
                 .current_dir(dir.path())
                 .args(["sweep", "--device", "cpu", "--batch", "1", "--context", "8"])
-                .args([
-                    "--width",
-                    "16,32,64",
-                    "--repeats",
-                    "2",
-                    "--output-dir",
-                    &folder,
-                ])
+                .args(["--width", "8,16", "--repeats", "1", "--output-dir", &folder])
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -412,7 +406,7 @@ fn two_sweeps_never_share_a_folder() {
         );
         let runs = dir.path().join(&folder);
         let rows = statuses(&runs);
-        assert_eq!(rows.len(), 3);
+        assert_eq!(rows.len(), 2);
         assert!(rows.iter().all(|(s, _)| s == "ok"), "{rows:?}");
         every_point_file_is_listed(&runs);
         assert!(!runs.join(".iteragpu-sweep.lock").exists());
