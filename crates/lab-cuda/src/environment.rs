@@ -135,6 +135,8 @@ pub fn describe_gpu(
             "compute_capability": format!("{}.{}", facts.major, facts.minor),
             "sm_count": attr(Attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
             "total_memory_bytes": facts.total_bytes,
+            // As the catalogue's usable_memory_mib and torch's total_memory print it.
+            "total_memory_mib": facts.total_bytes >> 20,
             "l2_cache_bytes": attr(Attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
             "memory_bus_width_bits": attr(Attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
             "ecc_enabled": attr(Attribute::CU_DEVICE_ATTRIBUTE_ECC_ENABLED).map(|v| v != 0),

@@ -3,6 +3,7 @@
 mod environment;
 mod estimate;
 mod files;
+mod fit;
 mod kill_loop;
 mod kit;
 mod ledger;
