@@ -394,14 +394,6 @@ pub fn init(path: &Path, now: SystemTime) -> Result<lab::files::Written, LedgerE
     })
 }
 
-/// Checks before any work that a protocol can be created at `path` (see [`files::check_new`]).
-pub fn check_init(path: &Path) -> Result<(), LedgerError> {
-    files::check_new(path).map_err(|e| match e {
-        OutputError::Exists(p) => LedgerError::ProtocolExists(p),
-        other => other.into(),
-    })
-}
-
 /// The lock file of a protocol: `FILE.lock` next to it.
 pub fn lock_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
