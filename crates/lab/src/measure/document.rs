@@ -6,9 +6,18 @@ use crate::device::DeviceMemory;
 use crate::dtype::DType;
 use crate::environment::Environment;
 use crate::tool::ToolInfo;
+use crate::workspaces::MemoryPolicy;
 
 /// Schema identifier of measurement documents; bumped on any incompatible change.
 pub const MEASUREMENT_SCHEMA: &str = "iteragpu.measurement/1";
+
+/// The largest measurement document any command reads (`record`, `report`, `sweep`): a real one
+/// is a few KiB plus about 1 KiB per timed pass, so this leaves room for thousands of repeats
+/// while a hostile or corrupt file is refused before it fills memory.
+pub const MEASUREMENT_LIMIT: u64 = 16 << 20;
+
+/// How [`MEASUREMENT_LIMIT`] names the file it refuses.
+pub const MEASUREMENT_KIND: &str = "a measurement document";
 
 /// One measurement run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,6 +111,10 @@ pub struct Configuration {
     pub allow_tf32: bool,
     /// The math actually used for products, in words (`float32 accumulate, strict float32`).
     pub math_mode: String,
+    /// The allocator policy and library workspaces the counters mirror (absent from documents
+    /// written before it was recorded; read back as "not recorded").
+    #[serde(default)]
+    pub memory_policy: MemoryPolicy,
 }
 
 /// One layer of the synthetic model.
