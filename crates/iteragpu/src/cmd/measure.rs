@@ -325,7 +325,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         if args.run.threads.is_some() {
-            eprintln!("iteragpu: note: --threads applies to the CPU reference device only; ignored");
+            eprintln!(
+                "iteragpu: note: --threads applies to the CPU reference device only; ignored"
+            );
         }
         let device_init_seconds = init.elapsed().as_secs_f64();
         let doc = measure_on(

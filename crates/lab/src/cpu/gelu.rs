@@ -157,6 +157,38 @@ mod tests {
     }
 
     #[test]
+    fn erf_is_within_abramowitz_and_stegun_s_bound_of_float64_erf() {
+        // A&S 7.1.26 promises |error| <= 1.5e-7 in exact arithmetic; the float32 evaluation of
+        // `1 - r t exp(-z^2)` adds roundings of r, t, exp and their product, a few ulp of 1 (the
+        // same 8 ulp the GELU's relative term allows). Every 1/8192 over [-8, 8] (erf is +-1 in
+        // float32 beyond about 3.9), then the GELU there: its largest error as a share of the
+        // bound, beside libm's correctly rounded `erff` (the CPU device's erf before issue 12).
+        let mut worst_erf = 0f64;
+        let mut worst_share = 0f64;
+        let mut libm_share = 0f64;
+        for i in -65_536..=65_536 {
+            let z = i as f32 / 8192.0;
+            let err = (f64::from(erf(z)) - libm::erf(f64::from(z))).abs();
+            worst_erf = worst_erf.max(err);
+            let x = z * std::f32::consts::SQRT_2;
+            let exact = gelu64(f64::from(x));
+            let bound = tolerance(f64::from(x), exact);
+            worst_share = worst_share.max((f64::from(gelu32(x)) - exact).abs() / bound);
+            let with_libm = 0.5 * x * (1.0 + libm::erff(x * std::f32::consts::FRAC_1_SQRT_2));
+            libm_share = libm_share.max((f64::from(with_libm) - exact).abs() / bound);
+        }
+        eprintln!(
+            "largest |erf32 - erf64| {worst_erf:.3e}; largest GELU error / bound {worst_share:.3} \
+             (with libm's erff {libm_share:.3})"
+        );
+        assert!(
+            worst_erf <= 1.5e-7 + 8.0 * f64::from(f32::EPSILON),
+            "{worst_erf:e}"
+        );
+        assert!(worst_share <= 1.0, "{worst_share}");
+    }
+
+    #[test]
     fn matches_float64_at_the_edges() {
         let xs = [
             0.0,
