@@ -785,7 +785,16 @@ fn max_memory_bounds_the_whole_cpu_process() {
         &[&args[..], &["--max-memory", &tight]].concat(),
     )
     .code(1)
-    .stderr(predicate::str::contains("at most --max-memory"));
+    .stderr(
+        // One sentence naming both figures: the plan's bytes and the bound's.
+        predicate::str::contains("of host memory at its peak")
+            .and(predicate::str::contains(format!(
+                "at most --max-memory {tight} bytes"
+            )))
+            .and(predicate::function(|e: &str| {
+                e.trim_end().lines().count() == 1
+            })),
+    );
     assert!(!dir.path().join("tight.json").exists());
     // A bound with room for the plan: the run completes within it.
     let roomy = total + (16 << 20);
