@@ -93,7 +93,7 @@ pub struct RunOptions {
     /// Storage type of weights, inputs and activations (products accumulate in float32).
     #[arg(long, default_value = "float32", value_parser = ["float32", "float16", "bfloat16"])]
     pub dtype: String,
-    /// Warm-up passes, timed together as one `warmup` row.
+    /// Warm-up passes, timed together as one `warmup` row (0 to 10000).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
     /// Timed warm passes, one `warm_forward` row each (1 to 10000).

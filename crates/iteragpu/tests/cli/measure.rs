@@ -809,12 +809,17 @@ fn max_memory_bounds_the_whole_cpu_process() {
 }
 
 #[test]
-fn repeats_and_threads_are_bounded_and_threads_recorded() {
+fn repeats_warmup_and_threads_are_bounded_and_threads_recorded() {
     let dir = tempfile::tempdir().unwrap();
     measure(dir.path(), "r.json", &["--repeats", "10001"])
         .code(2)
         .stderr(predicate::str::contains(
             "--repeats 10001 is more than 10000, the most one run records",
+        ));
+    measure(dir.path(), "w.json", &["--warmup", "18446744073709551615"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--warmup 18446744073709551615 is more than 10000",
         ));
     measure(dir.path(), "t.json", &["--threads", "0"])
         .code(2)

@@ -48,6 +48,17 @@ pub enum ConfigError {
         /// [`MAX_REPEATS`].
         limit: usize,
     },
+    /// More warm-up passes than a run needs to reach a steady state.
+    #[error(
+        "--warmup {value} is more than {limit}: warm-up passes only bring the device to a steady \
+         state; use at most {limit}"
+    )]
+    TooManyWarmup {
+        /// The value given.
+        value: usize,
+        /// [`MAX_WARMUP`].
+        limit: usize,
+    },
     /// A dimension too large for the arithmetic or for any device.
     #[error(
         "--{option} {value} is too large: {what} would exceed {limit} elements; choose a smaller value"
@@ -67,6 +78,10 @@ pub enum ConfigError {
 /// Most timed warm passes one run takes: each is a row in the document (about 1 KiB of JSON),
 /// so this bounds the document at about 10 MiB and its memory with it.
 pub const MAX_REPEATS: usize = 10_000;
+
+/// Most warm-up passes one run takes (they are one row, timed together): a bound on the run's
+/// time as `MAX_REPEATS` is on its document, so no option can keep a run going for years.
+pub const MAX_WARMUP: usize = 10_000;
 
 /// Largest element count of one tensor we accept: cuBLAS takes 32-bit dimensions and a 2^31
 /// element bound keeps every index within `i32`, as the GPU kernels assume.
@@ -100,6 +115,12 @@ impl Plan {
             return Err(ConfigError::TooManyRepeats {
                 value: options.repeats,
                 limit: MAX_REPEATS,
+            });
+        }
+        if options.warmup > MAX_WARMUP {
+            return Err(ConfigError::TooManyWarmup {
+                value: options.warmup,
+                limit: MAX_WARMUP,
             });
         }
         if options.hidden == Some(0) {
@@ -287,6 +308,17 @@ pub(crate) mod tests {
         assert_eq!(
             Plan::new(o).unwrap_err().to_string(),
             "--repeats 10001 is more than 10000, the most one run records; use at most 10000"
+        );
+        let mut o = options(1, 16, 64, DType::Float32);
+        o.warmup = MAX_WARMUP;
+        assert!(Plan::new(o.clone()).is_ok());
+        o.warmup = usize::MAX;
+        assert_eq!(
+            Plan::new(o).unwrap_err(),
+            ConfigError::TooManyWarmup {
+                value: usize::MAX,
+                limit: MAX_WARMUP
+            }
         );
     }
 }
