@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
-use lab::cpu::CpuDevice;
+use lab::cpu::{CpuDevice, CpuOptions, HostMemoryPlan};
 use lab::device::Device;
 use lab::dtype::DType;
 use lab::files;
@@ -30,6 +30,8 @@ Examples:
   iteragpu measure --device cuda:0 --batch 2 --context 128 --width 1024 --dtype bfloat16 \\
       --warmup 3 --repeats 5 --output run.json
   iteragpu measure --device cpu --batch 1 --context 16 --width 64 --output cpu-reference.json
+  iteragpu measure --device cpu --batch 2 --context 128 --width 1024 --threads 2 \\
+      --max-memory 2GiB --output cpu-2-threads.json
   iteragpu measure --plan --device cuda --compute-capability 9.0 --batch 8 --context 4096 \
       --width 8192 --dtype bfloat16
 
@@ -91,10 +93,10 @@ pub struct RunOptions {
     /// Storage type of weights, inputs and activations (products accumulate in float32).
     #[arg(long, default_value = "float32", value_parser = ["float32", "float16", "bfloat16"])]
     pub dtype: String,
-    /// Warm-up passes, timed together as one `warmup` row.
+    /// Warm-up passes, timed together as one `warmup` row (0 to 10000).
     #[arg(long, default_value_t = 1)]
     pub warmup: usize,
-    /// Timed warm passes, one `warm_forward` row each.
+    /// Timed warm passes, one `warm_forward` row each (1 to 10000).
     #[arg(long, default_value_t = 2)]
     pub repeats: usize,
     /// Seed of the weights and inputs.
@@ -103,6 +105,10 @@ pub struct RunOptions {
     /// Let float32 products use TF32 on GPUs that have it (recorded; no effect on the CPU).
     #[arg(long)]
     pub allow_tf32: bool,
+    /// CPU reference device only: threads for the products and element-wise work (1 to 1024)
+    /// [default: the physical cores]. Recorded in the document's environment.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub threads: Option<u16>,
     /// GPU: the cuBLAS workspace, as PyTorch's CUBLAS_WORKSPACE_CONFIG (`:4096:8`) or in bytes
     /// (`32MiB`, `0`) [default: torch 2.11's: 32 MiB on compute capability 9.0, 8519680 bytes
     /// elsewhere].
@@ -137,6 +143,9 @@ impl RunOptions {
         ];
         if self.allow_tf32 {
             a.push("--allow-tf32".to_string());
+        }
+        if let Some(t) = self.threads {
+            a.extend(["--threads".to_string(), t.to_string()]);
         }
         if let Some(b) = self.cublas_workspace {
             a.extend(["--cublas-workspace".to_string(), b.to_string()]);
@@ -294,16 +303,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let init = Instant::now();
     if args.device == "cpu" {
         args.run.check_cpu()?;
-        let mut device = CpuDevice::new(tool.clone());
-        let device_init_seconds = init.elapsed().as_secs_f64();
-        let doc = measure_on(
-            &mut device,
-            &plan,
-            &args,
-            tool,
-            started_utc,
-            device_init_seconds,
-        )?;
+        let doc = measure_cpu(&plan, &args, tool, started_utc, init)?;
         finish(&args, output, &doc)
     } else if let Some(ordinal) = lab_cuda::parse_ordinal(&args.device) {
         let options = args.run.cuda_options()?;
@@ -324,6 +324,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )));
             }
         };
+        if args.run.threads.is_some() {
+            eprintln!(
+                "iteragpu: note: --threads applies to the CPU reference device only; ignored"
+            );
+        }
         let device_init_seconds = init.elapsed().as_secs_f64();
         let doc = measure_on(
             &mut device,
@@ -332,6 +337,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             tool,
             started_utc,
             device_init_seconds,
+            false,
         )?;
         // The document is on disk (and the summary printed) before the device, its context and
         // its libraries' handles are torn down: a teardown that fails or crashes cannot lose it.
@@ -397,7 +403,55 @@ fn print_plan(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Pre-flight, run, and nothing else: the device is already set up.
+/// The CPU reference device: every byte the process will hold is planned (the tensors, the
+/// host copy of the parameters, widened parameters, product buffers, GEMM packing, threads) and
+/// compared with the machine's available memory and `--max-memory` before anything runs;
+/// `--max-memory` then also bounds the allocator at run time. The plan and the measured peak
+/// resident memory go into the document's environment (`details.host_memory`).
+fn measure_cpu(
+    plan: &Plan,
+    args: &Args,
+    tool: ToolInfo,
+    started_utc: String,
+    init: Instant,
+) -> anyhow::Result<MeasurementDocument> {
+    let options = CpuOptions {
+        threads: args.run.threads.map(usize::from),
+        segment_limit: None,
+    };
+    let mut device = CpuDevice::open(tool.clone(), options)
+        .context("could not set up the CPU reference device")?;
+    let device_init_seconds = init.elapsed().as_secs_f64();
+    let segments = preflight::estimate_peak_reserved(plan, &device.memory_policy());
+    let resident = lab::cpu::resident_bytes().unwrap_or(0);
+    let host = HostMemoryPlan::new(plan, segments, device.threads(), resident);
+    let available = device
+        .available_bytes()
+        .context("could not read the host's available memory for the pre-flight check")?;
+    host.check(available, args.max_memory_fraction, args.max_memory)
+        .map_err(|e| anyhow::anyhow!("{WOULD_NOT_FIT}{e}"))?;
+    if let Some(cap) = args.max_memory {
+        device.limit_segments(Some(cap.saturating_sub(host.outside_segments_bytes())));
+    }
+    let mut doc = measure_on(
+        &mut device,
+        plan,
+        args,
+        tool,
+        started_utc,
+        device_init_seconds,
+        true,
+    )?;
+    if let Some(details) = doc.environment.details.as_object_mut() {
+        let mut memory = serde_json::to_value(host)?;
+        memory["peak_resident_bytes"] = serde_json::json!(lab::cpu::peak_resident_bytes());
+        details.insert("host_memory".to_string(), memory);
+    }
+    Ok(doc)
+}
+
+/// Pre-flight, run, and nothing else: the device is already set up. `checked` says the caller
+/// already compared its own, fuller plan with the memory available.
 fn measure_on<D: Device>(
     device: &mut D,
     plan: &Plan,
@@ -405,6 +459,7 @@ fn measure_on<D: Device>(
     tool: ToolInfo,
     started_utc: String,
     device_init_seconds: f64,
+    checked: bool,
 ) -> anyhow::Result<MeasurementDocument> {
     let needed = preflight::estimate_peak_reserved(plan, &device.memory_policy());
     let available = device
@@ -412,8 +467,10 @@ fn measure_on<D: Device>(
         .context("could not read the device's free memory for the pre-flight check")?;
     // Refused with a sentence `sweep` recognises (see WOULD_NOT_FIT); nothing is written.
     let refuse = |e: preflight::WouldNotFit| anyhow::anyhow!("{WOULD_NOT_FIT}{e}");
-    preflight::check_fits(needed, available, args.max_memory_fraction).map_err(refuse)?;
-    if let Some(cap) = args.max_memory {
+    if !checked {
+        preflight::check_fits(needed, available, args.max_memory_fraction).map_err(refuse)?;
+    }
+    if let Some(cap) = args.max_memory.filter(|_| !checked) {
         preflight::check_fits(needed, Some(cap), 1.0).map_err(|mut e| {
             e.fraction = format!(" under --max-memory {cap}");
             refuse(e)

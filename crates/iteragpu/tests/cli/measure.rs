@@ -678,3 +678,209 @@ fn a_failing_or_crashing_teardown_cannot_lose_the_document() {
         assert_eq!(doc["complete"], true, "{file}");
     }
 }
+
+fn read_doc(dir: &Path, file: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(dir.join(file)).unwrap()).unwrap()
+}
+
+fn mem_available() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    line.split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()
+        .map(|k| k * 1024)
+}
+
+#[test]
+fn the_host_memory_plan_bounds_the_measured_peak_resident_memory() {
+    // The plan is an upper bound of the process's peak resident memory (VmHWM) that stays
+    // within 15 % of it: the slack is the allowance for stacks, heap and packing, which a
+    // run touches only in part. Sizes where the planned buffers dominate (about 100-250 MiB).
+    let dir = tempfile::tempdir().unwrap();
+    for (i, dtype) in ["float32", "float16", "bfloat16"].iter().enumerate() {
+        let file = format!("rss{i}.json");
+        measure(
+            dir.path(),
+            &file,
+            &[
+                "--dtype",
+                dtype,
+                "--batch",
+                "4",
+                "--context",
+                "256",
+                "--width",
+                "1024",
+                "--threads",
+                "2",
+            ],
+        )
+        .success();
+        let doc = read_doc(dir.path(), &file);
+        assert_valid(&doc);
+        let m = &doc["environment"]["details"]["host_memory"];
+        let planned = m["total_bytes"].as_u64().unwrap();
+        let peak = m["peak_resident_bytes"].as_u64().unwrap();
+        assert!(
+            peak <= planned && peak as f64 >= 0.85 * planned as f64,
+            "{dtype}: peak resident {peak} against the plan's {planned}: {m:#}"
+        );
+        assert_eq!(doc["environment"]["details"]["threads"], 2);
+    }
+}
+
+#[test]
+fn a_run_whose_host_copy_would_not_fit_is_refused_though_its_tensors_would() {
+    // The fault of issue 11 item 13: the tensors alone (the allocator's estimate) fit in the
+    // available memory, but with the host's float32 copy of the parameters the process would
+    // need about 1.2 times it; the kernel used to kill such a run after 47 s with no file.
+    let Some(available) = mem_available() else {
+        eprintln!("skipped: /proc/meminfo has no MemAvailable");
+        return;
+    };
+    // float32 parameters are 8 w^2 elements: tensors about 32 w^2 bytes, as much again on the
+    // host. Aim the tensors at 60 % of what is available.
+    let width = ((0.6 * available as f64 / 32.0).sqrt() as u64).to_string();
+    let dir = tempfile::tempdir().unwrap();
+    measure(
+        dir.path(),
+        "big.json",
+        &["--batch", "1", "--context", "1", "--width", &width],
+    )
+    .code(1)
+    .stderr(
+        predicate::str::contains("would not fit")
+            .and(predicate::str::contains("of host memory"))
+            .and(predicate::str::contains("host copy of the parameters")),
+    );
+    assert!(!dir.path().join("big.json").exists());
+}
+
+#[test]
+fn max_memory_bounds_the_whole_cpu_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--batch",
+        "2",
+        "--context",
+        "128",
+        "--width",
+        "1024",
+        "--dtype",
+        "float16",
+    ];
+    measure(dir.path(), "plan.json", &args).success();
+    let m = read_doc(dir.path(), "plan.json")["environment"]["details"]["host_memory"].clone();
+    let (total, segments) = (
+        m["total_bytes"].as_u64().unwrap(),
+        m["segments_bytes"].as_u64().unwrap(),
+    );
+    // The tensors alone fit under this bound, the process does not: refused, nothing written.
+    let tight = (segments + (total - segments) / 2).to_string();
+    measure(
+        dir.path(),
+        "tight.json",
+        &[&args[..], &["--max-memory", &tight]].concat(),
+    )
+    .code(1)
+    .stderr(
+        // One sentence naming both figures: the plan's bytes and the bound's.
+        predicate::str::contains("of host memory at its peak")
+            .and(predicate::str::contains(format!(
+                "at most --max-memory {tight} bytes"
+            )))
+            .and(predicate::function(|e: &str| {
+                e.trim_end().lines().count() == 1
+            })),
+    );
+    assert!(!dir.path().join("tight.json").exists());
+    // A bound with room for the plan: the run completes within it.
+    let roomy = total + (16 << 20);
+    measure(
+        dir.path(),
+        "roomy.json",
+        &[&args[..], &["--max-memory", &roomy.to_string()]].concat(),
+    )
+    .success();
+    let m = &read_doc(dir.path(), "roomy.json")["environment"]["details"]["host_memory"];
+    assert!(m["peak_resident_bytes"].as_u64().unwrap() <= roomy, "{m:#}");
+}
+
+#[test]
+fn repeats_warmup_and_threads_are_bounded_and_threads_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    measure(dir.path(), "r.json", &["--repeats", "10001"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--repeats 10001 is more than 10000, the most one run records",
+        ));
+    measure(dir.path(), "w.json", &["--warmup", "18446744073709551615"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--warmup 18446744073709551615 is more than 10000",
+        ));
+    measure(dir.path(), "t.json", &["--threads", "0"])
+        .code(2)
+        .stderr(predicate::str::contains("--threads"));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    measure(dir.path(), "one.json", &["--threads", "1"]).success();
+    let doc = read_doc(dir.path(), "one.json");
+    assert_valid(&doc);
+    assert_eq!(doc["environment"]["details"]["threads"], 1);
+}
+
+#[test]
+fn allocation_failures_fail_the_phase_and_never_abort() {
+    // Under an address-space limit (ulimit -v) every large host buffer is obtained with a
+    // fallible allocation: a run either completes, is refused before it starts (exit 1, no
+    // file), or fails the phase that ran short (exit 1, the document kept with complete: false)
+    // - never an abort (exit 134) or a panic (101). Limits from 96 MiB up, in 24 MiB steps,
+    // cross every phase of a float16 run whose product buffers alone take 64 MiB.
+    let bin = assert_cmd::cargo::cargo_bin("iteragpu");
+    let dir = tempfile::tempdir().unwrap();
+    let mut failed_phases = Vec::new();
+    let mut completed = false;
+    for step in 0..40u64 {
+        let limit_kib = (96 + 24 * step) << 10;
+        let file = format!("v{step}.json");
+        let script = format!(
+            "ulimit -v {limit_kib} && exec \"$0\" measure --device cpu --batch 64 --context 128 \
+             --width 256 --dtype float16 --warmup 1 --repeats 2 --threads 2 --output {file}"
+        );
+        let out = std::process::Command::new("sh")
+            .current_dir(dir.path())
+            .args(["-c", &script])
+            .arg(&bin)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let code = out.status.code();
+        assert!(
+            matches!(code, Some(0) | Some(1)),
+            "limit {limit_kib} KiB: exit {code:?}, stderr: {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("memory allocation of"),
+            "{stderr}"
+        );
+        let path = dir.path().join(&file);
+        if code == Some(0) {
+            completed = true;
+            break;
+        }
+        if path.exists() {
+            let doc = read_doc(dir.path(), &file);
+            assert_valid(&doc);
+            assert_eq!(doc["complete"], false, "{stderr}");
+            assert_eq!(doc["error"]["kind"], "out_of_memory", "{stderr}");
+            failed_phases.push(doc["error"]["phase"].as_str().unwrap_or("none").to_string());
+        }
+    }
+    assert!(completed, "no limit up to 1 GiB let the run complete");
+    assert!(
+        failed_phases.iter().any(|p| p != "model_load"),
+        "no limit failed inside a forward pass: {failed_phases:?}"
+    );
+}

@@ -5,10 +5,16 @@ use serde_json::json;
 use crate::environment::{ENVIRONMENT_SCHEMA, Environment};
 use crate::tool::ToolInfo;
 
-/// The environment of the CPU reference device: CPU model and logical cores, the GEMM library.
-/// Nothing personal: no host name, user name or environment variable.
+/// The environment of the CPU reference device with its default thread count (the physical
+/// cores). Nothing personal: no host name, user name or environment variable.
 pub fn environment(tool: ToolInfo) -> Environment {
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    device_environment(tool, crate::cpu::threads::physical_cores())
+}
+
+/// The environment of a CPU reference device computing with `threads` threads: CPU model,
+/// logical and physical cores, the vector unit the kernels use, the GEMM library.
+pub fn device_environment(tool: ToolInfo, threads: usize) -> Environment {
+    let logical = std::thread::available_parallelism().map_or(1, |n| n.get());
     Environment {
         schema: ENVIRONMENT_SCHEMA.to_string(),
         tool,
@@ -20,12 +26,24 @@ pub fn environment(tool: ToolInfo) -> Environment {
         details: json!({
             "note": "CPU reference device: real arithmetic on the host CPU, host memory counters; not a GPU measurement",
             "cpu_model": cpu_model(),
-            "logical_cpus": threads,
+            "logical_cpus": logical,
+            "physical_cores": crate::cpu::threads::physical_cores(),
+            "threads": threads,
+            "vector_unit": vector_unit(),
             "arch": std::env::consts::ARCH,
             "os": std::env::consts::OS,
-            "gemm": "ndarray general_mat_mul over matrixmultiply sgemm (float32 accumulation)",
+            "gemm": "faer matmul (float32 accumulation; float16 and bfloat16 widened to float32)",
             "device_clock": false,
         }),
+    }
+}
+
+/// The widest vector instructions the kernels use here (chosen at run time).
+fn vector_unit() -> &'static str {
+    match pulp::Arch::new() {
+        #[cfg(target_arch = "x86_64")]
+        pulp::Arch::V3(_) => "AVX2+FMA",
+        _ => "baseline (no AVX2)",
     }
 }
 
@@ -48,5 +66,7 @@ mod tests {
         assert!(env.usable && env.reference_device);
         assert_eq!(env.backend, "cpu-reference");
         assert!(env.details["logical_cpus"].as_u64().unwrap() >= 1);
+        let env = device_environment(ToolInfo::new(None), 3);
+        assert_eq!(env.details["threads"], 3);
     }
 }

@@ -27,6 +27,18 @@ impl HostSegments {
     }
 }
 
+impl HostSegments {
+    /// Bytes held in segments now.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Changes the limit (segments already held stay).
+    pub fn set_limit(&mut self, limit: Option<u64>) {
+        self.limit = limit;
+    }
+}
+
 impl SegmentSource for HostSegments {
     type Segment = Vec<u64>;
 
@@ -56,6 +68,24 @@ pub fn available_host_bytes() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// This process's resident memory now (`VmRSS`), where the OS says.
+pub fn resident_bytes() -> Option<u64> {
+    status_kib("VmRSS:")
+}
+
+/// The most memory this process has held resident so far (`VmHWM`, the high-water mark),
+/// where the OS says.
+pub fn peak_resident_bytes() -> Option<u64> {
+    status_kib("VmHWM:")
+}
+
+fn status_kib(key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -72,5 +102,11 @@ mod tests {
         ));
         s.release(a);
         assert!(s.allocate(512).is_ok());
+    }
+
+    #[test]
+    fn resident_memory_is_read_and_the_peak_is_at_least_the_current() {
+        let (now, peak) = (resident_bytes().unwrap(), peak_resident_bytes().unwrap());
+        assert!(now > 0 && peak >= now, "{now} {peak}");
     }
 }

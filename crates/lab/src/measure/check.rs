@@ -19,7 +19,10 @@ pub struct HostModel {
 impl HostModel {
     /// Builds w1, b1, w2, b2 with PyTorch's `nn.Linear` bounds from the plan's seed, using every
     /// core (large models have hundreds of millions of parameters).
-    pub fn build(plan: &Plan) -> HostModel {
+    ///
+    /// The memory is obtained with a fallible allocation: a shortage is an error (`Err` with the
+    /// bytes asked for), never an abort.
+    pub fn build(plan: &Plan) -> Result<HostModel, u64> {
         let o = &plan.options;
         let (w, h) = (o.width, plan.hidden);
         let spec = [
@@ -28,9 +31,15 @@ impl HostModel {
             (STREAM_W2, h, w * h),
             (STREAM_B2, h, w),
         ];
-        let params =
-            spec.map(|(stream, fan_in, len)| generate(o.seed, stream, fan_in, len, o.dtype));
-        HostModel { params }
+        let mut params: [Vec<f32>; 4] = Default::default();
+        for (p, (_, _, len)) in params.iter_mut().zip(spec) {
+            p.try_reserve_exact(len).map_err(|_| len as u64 * 4)?;
+        }
+        for (p, (stream, fan_in, len)) in params.iter_mut().zip(spec) {
+            p.resize(len, 0.0);
+            generate(p, o.seed, stream, fan_in, o.dtype);
+        }
+        Ok(HostModel { params })
     }
 
     /// Parameter `i` in load order (w1, b1, w2, b2), row-major.
@@ -39,27 +48,41 @@ impl HostModel {
     }
 }
 
-fn generate(seed: u64, stream: u64, fan_in: usize, len: usize, dtype: DType) -> Vec<f32> {
-    let mut values = vec![0f32; len];
+fn generate(values: &mut [f32], seed: u64, stream: u64, fan_in: usize, dtype: DType) {
+    let len = values.len();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let chunk = len.div_ceil(threads).max(1 << 16);
     if len <= chunk {
         for (i, v) in values.iter_mut().enumerate() {
             *v = dtype.round(parameter_value(seed, stream, fan_in, i as u64));
         }
-        return values;
+        return;
     }
+    let fill = move |c: usize, part: &mut [f32]| {
+        let start = (c * chunk) as u64;
+        for (i, v) in part.iter_mut().enumerate() {
+            *v = dtype.round(parameter_value(seed, stream, fan_in, start + i as u64));
+        }
+    };
     std::thread::scope(|scope| {
         for (c, part) in values.chunks_mut(chunk).enumerate() {
-            scope.spawn(move || {
-                let start = (c * chunk) as u64;
-                for (i, v) in part.iter_mut().enumerate() {
-                    *v = dtype.round(parameter_value(seed, stream, fan_in, start + i as u64));
-                }
-            });
+            // A thread that cannot be started (no memory for its stack) leaves its part to
+            // this one: the values are the same either way.
+            let (tx, rx) = std::sync::mpsc::channel::<&mut [f32]>();
+            if std::thread::Builder::new()
+                .spawn_scoped(scope, move || {
+                    if let Ok(part) = rx.recv() {
+                        fill(c, part);
+                    }
+                })
+                .is_ok()
+            {
+                let _ = tx.send(part);
+            } else {
+                fill(c, part);
+            }
         }
     });
-    values
 }
 
 /// The output rows the check recomputes: the first, the last and evenly spread ones between,
@@ -171,7 +194,7 @@ mod tests {
     #[test]
     fn a_wrong_output_fails_and_a_right_one_passes() {
         let plan = Plan::new(options(1, 4, 16, DType::Float32)).unwrap();
-        let host = HostModel::build(&plan);
+        let host = HostModel::build(&plan).unwrap();
         let rows = sample_rows(&plan);
         // Reference rows rounded to f32 pass the float32 bound.
         let exact = reference_rows(&plan, &host, &rows);
@@ -218,8 +241,8 @@ mod tests {
     #[test]
     fn host_model_is_rounded_and_seeded() {
         let plan = Plan::new(options(1, 1, 8, DType::Bfloat16)).unwrap();
-        let a = HostModel::build(&plan);
-        assert_eq!(a, HostModel::build(&plan));
+        let a = HostModel::build(&plan).unwrap();
+        assert_eq!(a, HostModel::build(&plan).unwrap());
         for v in a.parameter(0) {
             assert_eq!(*v, DType::Bfloat16.round(*v));
         }

@@ -38,6 +38,27 @@ pub enum ConfigError {
         /// The option's name.
         option: &'static str,
     },
+    /// More warm passes than a document holds.
+    #[error(
+        "--repeats {value} is more than {limit}, the most one run records; use at most {limit}"
+    )]
+    TooManyRepeats {
+        /// The value given.
+        value: usize,
+        /// [`MAX_REPEATS`].
+        limit: usize,
+    },
+    /// More warm-up passes than a run needs to reach a steady state.
+    #[error(
+        "--warmup {value} is more than {limit}: warm-up passes only bring the device to a steady \
+         state; use at most {limit}"
+    )]
+    TooManyWarmup {
+        /// The value given.
+        value: usize,
+        /// [`MAX_WARMUP`].
+        limit: usize,
+    },
     /// A dimension too large for the arithmetic or for any device.
     #[error(
         "--{option} {value} is too large: {what} would exceed {limit} elements; choose a smaller value"
@@ -53,6 +74,14 @@ pub enum ConfigError {
         limit: u64,
     },
 }
+
+/// Most timed warm passes one run takes: each is a row in the document (about 1 KiB of JSON),
+/// so this bounds the document at about 10 MiB and its memory with it.
+pub const MAX_REPEATS: usize = 10_000;
+
+/// Most warm-up passes one run takes (they are one row, timed together): a bound on the run's
+/// time as `MAX_REPEATS` is on its document, so no option can keep a run going for years.
+pub const MAX_WARMUP: usize = 10_000;
 
 /// Largest element count of one tensor we accept: cuBLAS takes 32-bit dimensions and a 2^31
 /// element bound keeps every index within `i32`, as the GPU kernels assume.
@@ -81,6 +110,18 @@ impl Plan {
             if value == 0 {
                 return Err(ConfigError::Zero { option });
             }
+        }
+        if options.repeats > MAX_REPEATS {
+            return Err(ConfigError::TooManyRepeats {
+                value: options.repeats,
+                limit: MAX_REPEATS,
+            });
+        }
+        if options.warmup > MAX_WARMUP {
+            return Err(ConfigError::TooManyWarmup {
+                value: options.warmup,
+                limit: MAX_WARMUP,
+            });
         }
         if options.hidden == Some(0) {
             return Err(ConfigError::Zero { option: "hidden" });
@@ -260,5 +301,24 @@ pub(crate) mod tests {
         assert!(err.contains("too large"), "{err}");
         let o = options(1, 1, usize::MAX, DType::Float32);
         assert!(Plan::new(o).is_err());
+        let mut o = options(1, 16, 64, DType::Float32);
+        o.repeats = MAX_REPEATS;
+        assert!(Plan::new(o.clone()).is_ok());
+        o.repeats = MAX_REPEATS + 1;
+        assert_eq!(
+            Plan::new(o).unwrap_err().to_string(),
+            "--repeats 10001 is more than 10000, the most one run records; use at most 10000"
+        );
+        let mut o = options(1, 16, 64, DType::Float32);
+        o.warmup = MAX_WARMUP;
+        assert!(Plan::new(o.clone()).is_ok());
+        o.warmup = usize::MAX;
+        assert_eq!(
+            Plan::new(o).unwrap_err(),
+            ConfigError::TooManyWarmup {
+                value: usize::MAX,
+                limit: MAX_WARMUP
+            }
+        );
     }
 }

@@ -260,10 +260,19 @@ impl<D: Device> Runner<'_, D> {
     /// copies each to the device in `nn.Module.to()` order: w1, b1, w2, b2.
     fn load_model(&mut self) -> Result<(Option<HostModel>, Weights), DeviceError> {
         let dtype = self.plan.options.dtype;
-        let host = match self.mode {
-            Mode::Measure => Some(HostModel::build(self.plan)),
-            Mode::Plan => None,
-        };
+        let host =
+            match self.mode {
+                Mode::Measure => Some(HostModel::build(self.plan).map_err(|requested| {
+                    DeviceError::OutOfMemory {
+                        what: "the host's float32 copy of the parameters (for the check)"
+                            .to_string(),
+                        requested,
+                        allocated: 0,
+                        reserved: 0,
+                    }
+                })?),
+                Mode::Plan => None,
+            };
         let names = [
             "linear1.weight",
             "linear1.bias",
