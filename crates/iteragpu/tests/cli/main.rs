@@ -7,6 +7,7 @@ mod gpu_check;
 mod kit;
 mod ledger;
 mod price;
+mod probe;
 mod report;
 mod sweep;
 

@@ -55,7 +55,7 @@ static int initialised = 0;
 static const unsigned char uuid[16] = {0x6f, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70,
                                        0x81, 0x92, 0xa3, 0xb4, 0xc5, 0xd6, 0xe7, 0xf8};
 /* The physical device of the current context. */
-static int current = 0;
+static __thread int current = 0;
 
 /* Item `i` of the comma-separated list in `name` (its last item when shorter); 0 if unset. */
 static int item(const char *name, int i, char *out, size_t len) {

@@ -15,15 +15,17 @@ pub fn probe(
     seconds: f64,
     plan: &SamplePlan,
 ) -> DeviceProbe {
-    let clock = Monotonic::start();
-    let deadline = seconds;
+    let setup = Monotonic::start();
     let mut figure = CopyFigure::new(CopyKind::HostMemcpy, "host", "host", copy_bytes);
     let mut error = None;
     match usize::try_from(copy_bytes) {
         Ok(len) => {
-            // Touch every page first, so the timed copies do not include page faults.
-            let src: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
-            let mut dst = vec![0u8; len];
+            // Every page written first (not zeroed lazily by the OS), so the timed copies do not
+            // include page faults; the budget starts once the buffers are ready.
+            let src = vec![0xa5u8; len];
+            let mut dst = vec![0x5au8; len];
+            let clock = Monotonic::start();
+            let deadline = seconds;
             let result = sample::<std::convert::Infallible>(
                 &clock,
                 deadline,
@@ -64,7 +66,7 @@ pub fn probe(
         copies: vec![figure],
         gemms: Vec::new(),
         pcie_after_copies: None,
-        elapsed_seconds: clock.now(),
+        elapsed_seconds: setup.now(),
         error,
     }
 }

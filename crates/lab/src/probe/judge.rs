@@ -188,15 +188,42 @@ pub fn judge(doc: &mut ProbeDocument, datasheet: &Datasheet, lot_findings: Vec<F
         }
     }
     doc.lot_outliers = lot_outliers(&doc.devices, doc.configuration.lot_outlier_percent);
+    let mut outlying: Vec<&str> = Vec::new();
     for o in &doc.lot_outliers {
+        if !outlying.contains(&o.device.as_str()) {
+            outlying.push(&o.device);
+        }
+    }
+    for device in outlying {
+        let mine: Vec<&LotOutlierFigure> = doc
+            .lot_outliers
+            .iter()
+            .filter(|o| o.device == device)
+            .collect();
+        let parts: Vec<String> = mine
+            .iter()
+            .map(|o| {
+                let unit = if is_copy(&o.figure) {
+                    "GB/s"
+                } else {
+                    "TFLOP/s"
+                };
+                format!(
+                    "{} {:.3} {unit}, {:.0}% below the others' median {:.3}",
+                    o.figure, o.value, o.percent_below, o.median_of_others
+                )
+            })
+            .collect();
         findings.push(Finding::warning(
             "lot_outlier",
-            Some(&o.device),
+            Some(device),
             format!(
-                "{} is the lot's outlier on {}: {:.1} is {:.0}% below the median {:.1} of the other GPUs",
-                o.device, o.figure, o.value, o.percent_below, o.median_of_others
+                "{device} is the lot's outlier, more than {:.0}% below the other GPUs on {} figure(s): {}",
+                doc.configuration.lot_outlier_percent,
+                mine.len(),
+                parts.join("; ")
             ),
-            json!({"figure": o.figure, "value": o.value, "median_of_others": o.median_of_others, "percent_below": o.percent_below}),
+            json!({"figures": mine}),
         ));
     }
     findings.sort_by_key(|f| f.severity == Severity::Note);
@@ -221,6 +248,18 @@ pub fn judge(doc: &mut ProbeDocument, datasheet: &Datasheet, lot_findings: Vec<F
         doc.error = device_error;
     }
     doc.complete = !failed && doc.error.is_none();
+}
+
+fn is_copy(figure: &str) -> bool {
+    [
+        CopyKind::H2dPinned,
+        CopyKind::H2dPageable,
+        CopyKind::D2hPinned,
+        CopyKind::D2hPageable,
+        CopyKind::D2d,
+    ]
+    .iter()
+    .any(|k| k.name() == figure)
 }
 
 /// For every figure measured on two GPUs or more, the GPUs more than `tolerance_percent` below
@@ -408,10 +447,16 @@ mod tests {
                 ("copy_below_datasheet", Some("cuda:1")),
                 ("gemm_below_datasheet", Some("cuda:1")),
                 ("lot_outlier", Some("cuda:1")),
-                ("lot_outlier", Some("cuda:1")),
             ]
         );
-        assert_eq!(d.warnings, 4);
+        assert_eq!(d.warnings, 3);
+        assert!(
+            d.findings[2].message.contains(
+                "on 2 figure(s): h2d_pinned 7.000 GB/s, 87% below the others' median 55.000"
+            ),
+            "{}",
+            d.findings[2].message
+        );
         let figures: Vec<&str> = d.lot_outliers.iter().map(|o| o.figure.as_str()).collect();
         assert_eq!(figures, ["h2d_pinned", "bfloat16"]);
         assert!(
