@@ -149,30 +149,14 @@ fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
         .iter()
         .filter_map(|d| d.facts.clone())
         .collect();
-    let mut findings = check_lot(
+    // With no driver the driver sees no GPU, so a package's lot is reported missing too.
+    let findings = check_lot(
         &facts,
         scan.visible.unwrap_or(0),
         &scan.peers,
         expectation.as_ref(),
         &datasheet,
     );
-    // A package whose GPUs are all missing (no driver, no device) is still a missing lot.
-    if scan.visible.is_none()
-        && let Some(exp) = &expectation
-    {
-        findings.insert(
-            0,
-            Finding::warning(
-                "gpu_missing",
-                None,
-                format!(
-                    "the package {} promises {} GPU(s) of {}; none is usable here",
-                    exp.package, exp.gpus, exp.model
-                ),
-                serde_json::json!({"expected_gpus": exp.gpus, "visible_gpus": 0}),
-            ),
-        );
-    }
     let report = LotReport {
         schema: LOT_SCHEMA.to_string(),
         tool,

@@ -344,28 +344,6 @@ OK(cuModuleUnload)
 OK(cuEventSynchronize)
 OK(cuEventDestroy_v2)
 int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = event_ms(); return 0; }
-/* The probe's calls: pinned host memory is ordinary host memory here; device-to-device and peer
- * copies copy only when device memory is host memory (HOSTMEM). */
-int cuMemAllocHost_v2(void **p, unsigned long bytes) {
-    *p = malloc(bytes ? bytes : 1);
-    return *p ? 0 : 2;
-}
-int cuMemFreeHost(void *p) { free(p); return 0; }
-int cuMemcpyDtoDAsync_v2(unsigned long dst, unsigned long src, unsigned long n, void *stream) {
-    (void)stream;
-#ifdef HOSTMEM
-    memcpy((void *)dst, (const void *)src, n);
-#else
-    (void)dst; (void)src; (void)n;
-#endif
-    return 0;
-}
-int cuMemcpyPeerAsync(unsigned long dst, void *dst_ctx, unsigned long src, void *src_ctx,
-                      unsigned long n, void *stream) {
-    (void)dst_ctx; (void)src_ctx;
-    return cuMemcpyDtoDAsync_v2(dst, src, n, stream);
-}
-int cuCtxEnablePeerAccess(void *peer, unsigned flags) { (void)peer; (void)flags; return 0; }
 #else
 int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 999; }
 /* Present so the symbol table resolves; the tests never get this far (they return
@@ -388,3 +366,26 @@ UNUSED(cuEventRecord)
 UNUSED(cuEventSynchronize)
 UNUSED(cuEventDestroy_v2)
 #endif
+/* The probe's and the lot report's calls, present with or without FULL as in a real driver:
+ * pinned host memory is ordinary host memory here; device-to-device and peer copies copy only
+ * when device memory is host memory (HOSTMEM). */
+int cuMemAllocHost_v2(void **p, unsigned long bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? 0 : 2;
+}
+int cuMemFreeHost(void *p) { free(p); return 0; }
+int cuMemcpyDtoDAsync_v2(unsigned long dst, unsigned long src, unsigned long n, void *stream) {
+    (void)stream;
+#ifdef HOSTMEM
+    memcpy((void *)dst, (const void *)src, n);
+#else
+    (void)dst; (void)src; (void)n;
+#endif
+    return 0;
+}
+int cuMemcpyPeerAsync(unsigned long dst, void *dst_ctx, unsigned long src, void *src_ctx,
+                      unsigned long n, void *stream) {
+    (void)dst_ctx; (void)src_ctx;
+    return cuMemcpyDtoDAsync_v2(dst, src, n, stream);
+}
+int cuCtxEnablePeerAccess(void *peer, unsigned flags) { (void)peer; (void)flags; return 0; }
