@@ -32,7 +32,9 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
     if broken_pipe {
         return ExitCode::SUCCESS;
     }
-    eprintln!("iteragpu: error: {err:#}");
+    // `{:#}` joins the chain of causes; each layer says only what it adds (no OS message is
+    // repeated), and nothing from a file reaches the terminal raw.
+    crate::output::eprint_line(&format!("iteragpu: error: {err:#}"));
     if err.chain().any(|cause| cause.is::<Usage>()) {
         ExitCode::from(2)
     } else {

@@ -23,6 +23,7 @@ pub mod memory;
 pub mod price;
 pub mod probe;
 pub mod stats;
+pub mod text;
 pub mod tool;
 pub mod units;
 pub mod workspaces;

@@ -131,7 +131,7 @@ struct Lines {
 impl ProbeProgress for Lines {
     fn figure(&self, device: &str, figure: &str, summary: &str) {
         if self.enabled {
-            eprintln!("  {device:<8} {figure:<14} {summary}");
+            output::eprint_line(&format!("  {device:<8} {figure:<14} {summary}"));
         }
     }
 }
@@ -264,17 +264,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     doc.elapsed_seconds = started.elapsed().as_secs_f64();
     let mut json = serde_json::to_vec_pretty(&doc)?;
     json.push(b'\n');
-    files::write_new(&args.output, &json)?;
+    let written = files::write_new(&args.output, &json)?;
+    if let Some(warning) = written.warning(&args.output) {
+        output::warn(&warning);
+    }
     if args.json {
         output::print_json(&doc)?;
     } else {
         output::print_text(&render(&doc, &args.output))?;
     }
     if let Some(e) = &doc.error {
-        eprintln!(
+        output::eprint_line(&format!(
             "iteragpu: error: the probe is incomplete: {e} (what was measured is kept in {})",
             args.output.display()
-        );
+        ));
     }
     Ok(if doc.complete {
         ExitCode::SUCCESS

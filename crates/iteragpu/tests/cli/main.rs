@@ -2,8 +2,10 @@
 
 mod environment;
 mod estimate;
+mod files;
 mod fit;
 mod gpu_check;
+mod kill_loop;
 mod kit;
 mod ledger;
 mod price;
