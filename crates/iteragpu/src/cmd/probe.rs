@@ -278,6 +278,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "iteragpu: error: the probe is incomplete: {e} (what was measured is kept in {})",
             args.output.display()
         ));
+    } else if !doc.complete {
+        output::eprint_line(&format!(
+            "iteragpu: error: the probe is incomplete: some figures failed (each says why in {}, what was measured is kept)",
+            args.output.display()
+        ));
     }
     Ok(if doc.complete {
         ExitCode::SUCCESS

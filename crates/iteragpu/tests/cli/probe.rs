@@ -471,3 +471,80 @@ fn a_package_with_more_gpus_than_visible_is_warned_in_the_probe_too() {
     assert_eq!(missing["figures"]["expected_gpus"], 2);
     assert_eq!(missing["figures"]["visible_gpus"], 1);
 }
+
+#[test]
+fn failed_products_make_the_probe_incomplete_and_keep_what_was_measured() {
+    // cuBLAS built without RECORD refuses cublasCreate: every product fails, every copy counts.
+    let libs = StubDir::new();
+    libs.driver(&["FULL", "WITH_V2", "MEMORY_BUDGET=(1UL<<40)"])
+        .nvml()
+        .cublas("");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    iteragpu(libs.path())
+        .env("STUB_NAMES", "NVIDIA H200")
+        .args([
+            "probe",
+            "--seconds",
+            "2",
+            "--copy-bytes",
+            "1MiB",
+            "--gemm-size",
+            "64",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "iteragpu: error: the probe is incomplete: some figures failed",
+        ));
+    let doc = read(&out);
+    assert!(schema_errors(&doc).is_empty(), "{:#?}", schema_errors(&doc));
+    assert_eq!(doc["complete"], false);
+    let d = &doc["devices"][0];
+    assert_eq!(copy(d, "h2d_pinned")["status"], "measured");
+    assert_eq!(gemm(d, "bfloat16")["status"], "failed");
+}
+
+#[test]
+fn the_json_on_stdout_is_the_document_written() {
+    let libs = StubDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("host.json");
+    let stdout = iteragpu(libs.path())
+        .args([
+            "probe",
+            "--device",
+            "cpu",
+            "--seconds",
+            "1",
+            "--copy-bytes",
+            "1MiB",
+            "--json",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let printed: Value = serde_json::from_slice(&stdout).unwrap();
+    assert!(
+        schema_errors(&printed).is_empty(),
+        "{:#?}",
+        schema_errors(&printed)
+    );
+    assert_eq!(printed, read(&out));
+    // The schema is strict: an unknown field or a missing one is refused.
+    let mut extra = printed.clone();
+    extra["surprise"] = Value::from(1);
+    assert!(!schema_errors(&extra).is_empty());
+    let mut missing = printed;
+    missing["devices"][0]["copies"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("gb_per_s");
+    assert!(!schema_errors(&missing).is_empty());
+}
