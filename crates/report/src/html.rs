@@ -68,12 +68,16 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
     let mut body = String::new();
     let _ = write!(
         body,
-        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s), {} sweep(s) and {} probe(s); written by {} at {}. \
+        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s){}; written by {} at {}. \
          Bytes use binary prefixes (KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup>, GiB = 2<sup>30</sup> bytes); \
          <code>allocated</code> is part of <code>reserved</code>: never add them.</p>\n",
         inputs.runs.len(),
         inputs.sweeps.len(),
-        inputs.probes.len(),
+        if inputs.probes.is_empty() {
+            String::new()
+        } else {
+            format!(", {} probe(s)", inputs.probes.len())
+        },
         escape(&meta.tool),
         escape(&meta.generated_utc)
     );

@@ -77,12 +77,17 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         output::print_json(&written)?;
     } else {
+        // Probes are named only when there are some: a page of measurements reads as before.
+        let probes = if written.probes > 0 {
+            format!("{} probe(s), ", written.probes)
+        } else {
+            String::new()
+        };
         output::print_text(&format!(
-            "wrote {}: {} run(s), {} sweep(s), {} probe(s), {} charts ({} bytes, self-contained)\n",
+            "wrote {}: {} run(s), {} sweep(s), {probes}{} charts ({} bytes, self-contained)\n",
             written.output.display(),
             written.runs,
             written.sweeps,
-            written.probes,
             written.charts,
             written.bytes
         ))?;
