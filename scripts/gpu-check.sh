@@ -38,8 +38,8 @@
 #   PYTHON=PATH             the Python with a CUDA-enabled torch (default python3)
 #   GPU_CHECK_BUDGET_S=N    seconds for the whole check (default 280); later steps are skipped,
 #                           and counted as failures, once it is spent
-#   GPU_CHECK_PROBE_S=N     seconds of probing for all GPUs together (default 30; 2 in a
-#                           rehearsal)
+#   GPU_CHECK_PROBE_S=N     seconds of probing for all GPUs together (default 30, at least 5
+#                           per GPU; 2 in a rehearsal)
 #   GPU_CHECK_REHEARSAL=1   rehearse on the CPU reference device with small shapes (DEVICE
 #                           defaults to cpu; PyTorch and nvidia-smi are skipped; each run is
 #                           judged against its own plan): proves the script and the judge without
@@ -220,11 +220,13 @@ main() {
     else
         fail "environment --device all"
     fi
-    # The probe's own bound is per GPU: PROBE_S shared among them, within what the budget leaves
-    # (less a margin for set-up and the steps after it).
+    # The probe's own bound is per GPU: PROBE_S shared among them, at least 5 s each (less leaves
+    # most figures skipped), within what the budget leaves (less a margin for set-up and the
+    # steps after it).
     left=$((BUDGET - (SECONDS - START) - 40))
-    [ "$left" -lt "$PROBE_S" ] && PROBE_S=$left
     per_gpu=$((PROBE_S / gpus))
+    [ "$per_gpu" -lt 5 ] && [ "$REHEARSAL" != 1 ] && per_gpu=5
+    [ $((per_gpu * gpus)) -gt "$left" ] && per_gpu=$((left / gpus))
     if [ "$per_gpu" -lt 1 ]; then
         fail "probe: skipped, the ${BUDGET} s budget leaves no time for it"
     else

@@ -295,7 +295,7 @@ fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
                 let bar = ProbeBar {
                     device: i,
                     value: v,
-                    reference: c.reference.as_ref().map(|r| r.value),
+                    reference: line_at(v, c.reference.as_ref()),
                 };
                 push(&mut copies, c.kind.name(), bar);
             }
@@ -314,7 +314,7 @@ fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
                 let bar = ProbeBar {
                     device: i,
                     value: v,
-                    reference: g.reference.as_ref().map(|r| r.value),
+                    reference: line_at(v, g.reference.as_ref()),
                 };
                 push(&mut gemms, g.kind.name(), bar);
             }
@@ -328,7 +328,7 @@ fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
                 let bar = ProbeBar {
                     device: i,
                     value: v,
-                    reference: p.reference.as_ref().map(|r| r.value),
+                    reference: line_at(v, p.reference.as_ref()),
                 };
                 push(&mut copies, &format!("p2p -> {}", p.to), bar);
             }
@@ -358,7 +358,7 @@ fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
         let caption = if doc.reference_device {
             "Host memory to host memory on the CPU: no GPU and no datasheet figure."
         } else {
-            "Median copy bandwidth per GPU; the black line is the datasheet figure (the PCIe link for host copies, memory bandwidth for device copies)."
+            "Median copy bandwidth per GPU; the black line is the datasheet figure (one direction of the PCIe link for host copies, half the memory bandwidth for a copy within the GPU, which reads and writes every byte)."
         };
         figure(
             out,
@@ -377,6 +377,20 @@ fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
     }
     out.push_str("</article>\n");
     Ok(())
+}
+
+/// Where the datasheet line of a bar goes, in the bar's own unit: the value at which the figure
+/// would be 100% of its datasheet figure. Most figures compare directly (the line is the datasheet
+/// value); a device-to-device copy compares its memory traffic, twice the copy rate, so its line
+/// sits at half the memory bandwidth.
+fn line_at(value: f64, r: Option<&lab::probe::Reference>) -> Option<f64> {
+    r.map(|r| {
+        if r.percent > 0.0 && r.percent.is_finite() {
+            value * 100.0 / r.percent
+        } else {
+            r.value
+        }
+    })
 }
 
 /// One row of a probe's table: the figure, its datasheet figure and the percentage (marked when
@@ -717,5 +731,22 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));
         assert!(page.contains(CSP) && page.contains("iteragpu &lt;test&gt;"));
         assert!(!page.contains("<figure"));
+    }
+
+    #[test]
+    fn the_datasheet_line_sits_where_the_figure_would_be_100_percent() {
+        let r = |value: f64, percent: f64| lab::probe::Reference {
+            value,
+            basis: String::new(),
+            percent,
+            threshold_percent: 70.0,
+            below_threshold: percent < 70.0,
+        };
+        // A direct comparison: the line is the datasheet value.
+        assert_eq!(line_at(31.5, Some(&r(63.0, 50.0))), Some(63.0));
+        // A device copy: 1200 GB/s copied is 2400 GB/s of traffic, 50% of 4800: line at 2400.
+        assert_eq!(line_at(1200.0, Some(&r(4800.0, 50.0))), Some(2400.0));
+        assert_eq!(line_at(0.0, Some(&r(4800.0, 0.0))), Some(4800.0));
+        assert_eq!(line_at(1.0, None), None);
     }
 }
