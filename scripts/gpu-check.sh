@@ -15,10 +15,16 @@
 #     (2,128,1024) and (8,4096,8192) (the first two float32 ones are the original kit's examples),
 #     one float32 case with --allow-tf32 (on both sides), one bfloat16 case forced onto the PTX
 #     JIT (`--kernel-form ptx`; its PyTorch side is the plain bfloat16 case's).
-#  4. The refused overwrite (exit 2, file unchanged).
-#  5. scripts/gpu_check_report.py judges: per case, every phase row and counter iteragpu |
+#  4. `environment --device all` (the lot checks) and `probe --device all` (copy bandwidth and GEMM
+#     throughput per GPU against the datasheet), at most GPU_CHECK_PROBE_S seconds of probing in
+#     all, shared among the GPUs and never more than the budget leaves (the CPU's host copies
+#     in a rehearsal).
+#  5. The refused overwrite (exit 2, file unchanged).
+#  6. scripts/gpu_check_report.py judges: per case, every phase row and counter iteragpu |
 #     PyTorch | difference | plan with a verdict, both numerical checks, the device-time ratio,
-#     the memory outside the allocator of both tools, the case's own expectations.
+#     the memory outside the allocator of both tools, the case's own expectations; then prints
+#     the probe's figures as percentages of the datasheet (reported, not judged: the probe's
+#     warnings do not change the verdict).
 #
 # OUTPUT_DIR receives four files (for a harness that carries back few): gpu-check.log
 # (everything printed), summary.txt (the judgement), nvidia-smi.txt (before and after) and
@@ -32,6 +38,8 @@
 #   PYTHON=PATH             the Python with a CUDA-enabled torch (default python3)
 #   GPU_CHECK_BUDGET_S=N    seconds for the whole check (default 280); later steps are skipped,
 #                           and counted as failures, once it is spent
+#   GPU_CHECK_PROBE_S=N     seconds of probing for all GPUs together (default 30, at least 5
+#                           per GPU; 2 in a rehearsal)
 #   GPU_CHECK_REHEARSAL=1   rehearse on the CPU reference device with small shapes (DEVICE
 #                           defaults to cpu; PyTorch and nvidia-smi are skipped; each run is
 #                           judged against its own plan): proves the script and the judge without
@@ -47,6 +55,11 @@ else
 fi
 BIN=${ITERAGPU:-./target/release/iteragpu}
 BUDGET=${GPU_CHECK_BUDGET_S:-280}
+if [ "$REHEARSAL" = 1 ]; then
+    PROBE_S=${GPU_CHECK_PROBE_S:-2}
+else
+    PROBE_S=${GPU_CHECK_PROBE_S:-30}
+fi
 PY=${PYTHON:-python3}
 DIR=${1:-${OUT:-}}
 [ -n "$DIR" ] || DIR=$(mktemp -d)
@@ -194,6 +207,33 @@ main() {
         fi
         echo "{\"ours\": $ours_free, \"torch\": $torch_free}" >"$WORK/$name.free.json"
     done
+
+    step "the lot and the probe"
+    local probe_device=all gpus=1 per_gpu left
+    if [ "$REHEARSAL" = 1 ]; then
+        probe_device=cpu
+        echo "environment --device all: skipped in a rehearsal (no GPU)"
+    elif bounded 60 "$BIN" environment --device all --json >"$WORK/lot.json"; then
+        bounded 60 "$BIN" environment --device all 2>&1 | sed -n '/^lot checks:/,$p'
+        gpus=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("visible_devices") or 1)' "$WORK/lot.json" 2>/dev/null)
+        [ -n "$gpus" ] || gpus=1
+    else
+        fail "environment --device all"
+    fi
+    # The probe's own bound is per GPU: PROBE_S shared among them, at least 5 s each (less leaves
+    # most figures skipped), within what the budget leaves (less a margin for set-up and the
+    # steps after it).
+    left=$((BUDGET - (SECONDS - START) - 40))
+    per_gpu=$((PROBE_S / gpus))
+    [ "$per_gpu" -lt 5 ] && [ "$REHEARSAL" != 1 ] && per_gpu=5
+    [ $((per_gpu * gpus)) -gt "$left" ] && per_gpu=$((left / gpus))
+    if [ "$per_gpu" -lt 1 ]; then
+        fail "probe: skipped, the ${BUDGET} s budget leaves no time for it"
+    else
+        echo "probe --device $probe_device --seconds $per_gpu ($gpus GPU(s))"
+        bounded $((per_gpu * gpus + 30)) "$BIN" probe --device "$probe_device" --seconds "$per_gpu" \
+            --output "$WORK/probe.json" || fail "probe (exit $?)"
+    fi
 
     step "refused overwrite"
     local target="$WORK/f32-small.json" before rc

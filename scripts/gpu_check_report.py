@@ -17,6 +17,11 @@ before each tool started). It prints, per case:
   reserved;
 - what each case expects of itself (the PTX-JIT case loaded ptx-jit, the TF32 case used TF32).
 
+When the folder holds probe.json (iteragpu probe --device all), it then prints every figure of
+the probe per GPU (copy bandwidth, GEMM throughput, peer copies) with its datasheet figure and
+the percentage, and the probe's warnings. The probe is reported, not judged: it does not change
+the exit status.
+
 usage: gpu_check_report.py WORK_DIR [--require-peer] CASE[|peer=OTHER][|expect=KEY:VALUE] ...
 Exit 0 when every counter is the same, every check passed and every expectation holds; 1 when
 anything differs or failed (or, with --require-peer, a PyTorch document is missing); 2 on bad use.
@@ -191,6 +196,51 @@ def report_case(work, spec, require_peer, glance):
     return problems
 
 
+def report_probe(work):
+    """Prints the probe's figures against the datasheet; returns whether a probe was found."""
+    doc = load(os.path.join(work, "probe.json"))
+    if doc is None:
+        print("\nprobe: no probe.json (the probe did not run or wrote nothing)")
+        return False
+    cfg = doc.get("configuration") or {}
+    print(f"\n== probe {doc.get('requested_device', '-')}: {cfg.get('seconds_per_gpu', '-')} s per GPU, "
+          f"datasheet table {doc.get('datasheet', '-')}, {doc.get('warnings', 0)} warning(s)"
+          f"{', CPU REFERENCE DEVICE: host copies only, not a GPU figure' if doc.get('reference_device') else ''}")
+    print(f"   {'device':<8} {'figure':<30} {'measured':>14} {'datasheet':>14} {'percent':>8}")
+
+    def line(device, figure, value, unit, ref):
+        if value is None:
+            return
+        if ref:
+            low = "  LOW" if ref.get("below_threshold") else ""
+            tail = f"{num(ref.get('value'), '.1f'):>9} {unit:<4} {num(ref.get('percent'), '.1f'):>7}%{low}"
+        else:
+            tail = f"{'-':>14} {'-':>8}"
+        print(f"   {device:<8} {figure:<30} {num(value, '.1f'):>9} {unit:<4} {tail}")
+
+    for d in doc.get("devices") or []:
+        name = ((d.get("facts") or {}).get("name")) or ""
+        row = d.get("datasheet") or {}
+        if name or row:
+            print(f"   {d.get('device', '-')} {name}: datasheet row {row.get('model', '-')}")
+        for c in d.get("copies") or []:
+            line(d.get("device", "-"), c.get("kind", "-"), c.get("gb_per_s"), "GB/s", c.get("reference"))
+            if c.get("status") != "measured":
+                print(f"   {d.get('device', '-'):<8} {c.get('kind', '-'):<30} {c.get('status')}: {c.get('note') or ''}")
+        for g in d.get("gemms") or []:
+            fig = f"{g.get('kind', '-')} {g.get('m')}x{g.get('n')}x{g.get('k')}"
+            line(d.get("device", "-"), fig, g.get("tflops"), "TF/s", g.get("reference"))
+            if g.get("status") != "measured":
+                print(f"   {d.get('device', '-'):<8} {fig:<30} {g.get('status')}: {g.get('note') or ''}")
+    for p in doc.get("peers") or []:
+        line(p.get("from", "-"), f"peer {p.get('from')} -> {p.get('to')}", p.get("gb_per_s"), "GB/s", p.get("reference"))
+    for f in doc.get("findings") or []:
+        if f.get("severity") == "warning":
+            print(f"   WARNING {f.get('code')}: {f.get('message')}")
+    print(f"   probe {'complete' if doc.get('complete') else 'INCOMPLETE: ' + str(doc.get('error') or 'some figures failed')}")
+    return True
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
@@ -221,6 +271,7 @@ def main(argv):
           f"{'ratio':>6} {'out us':>7} {'out pt':>7}  verdict")
     for line in glance:
         print(line)
+    report_probe(work)
     print()
     if failed:
         for name, problems in failed.items():

@@ -15,8 +15,9 @@ pub struct Cli {
 /// The commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Describe the device and its software (driver, libraries, memory). Exit 0 even when no GPU
-    /// is usable: the report then says why.
+    /// Describe the device and its software (driver, libraries, memory), or with --device all
+    /// every GPU of the lot and what can cost the renter money. Exit 0 even when no GPU is
+    /// usable: the report then says why.
     Environment(crate::cmd::environment::Args),
     /// Estimate the memory a model occupies: weights, and with --model its exact count, KV cache
     /// and training states (no GPU needed).
@@ -44,6 +45,10 @@ pub enum Command {
     Sweep(crate::cmd::sweep::Args),
     /// Turn measurement documents and sweep folders into one self-contained HTML report.
     Report(crate::cmd::report::Args),
+    /// Is every GPU the card that was paid for? Copy bandwidth and dense matrix throughput per
+    /// GPU against the datasheet, bounded in time, into one JSON document that must not exist
+    /// yet.
+    Probe(crate::cmd::probe::Args),
 }
 
 #[cfg(test)]

@@ -113,6 +113,9 @@ pub const DESC_TRANSB: c_int = 4;
 pub const DESC_EPILOGUE: c_int = 7;
 /// `CUBLASLT_MATMUL_DESC_BIAS_POINTER` (`const void*`).
 pub const DESC_BIAS_POINTER: c_int = 8;
+/// `CUBLASLT_MATMUL_DESC_FAST_ACCUM` (int8): FP8 products accumulate without the periodic
+/// promotion to full float32 (what `torch._scaled_mm(use_fast_accum=True)` sets).
+pub const DESC_FAST_ACCUM: c_int = 25;
 /// `CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES` (uint64).
 pub const PREF_MAX_WORKSPACE_BYTES: c_int = 1;
 /// `CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES` (uint32); B, C and D follow.
@@ -131,6 +134,10 @@ pub const COMPUTE_32F: c_int = 68;
 pub const COMPUTE_32F_FAST_TF32: c_int = 77;
 /// `CUDA_R_32F`, the scale type of every float matmul here.
 pub const CUDA_R_32F: c_int = 0;
+/// `CUDA_R_16BF`.
+pub const CUDA_R_16BF: c_int = 14;
+/// `CUDA_R_8F_E4M3`: FP8 with 4 exponent and 3 mantissa bits (compute capability 8.9 and newer).
+pub const CUDA_R_8F_E4M3: c_int = 28;
 /// `CUBLAS_STATUS_NOT_SUPPORTED`, what PyTorch reports when the heuristic returns nothing.
 const STATUS_NOT_SUPPORTED: c_int = 15;
 
@@ -165,8 +172,12 @@ pub enum Epilogue {
 /// alpha · op(A) (m x k) · op(B) (k x n) [+ bias]`, with `C = D` in place.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MatmulSpec {
-    /// Storage type of A, B and C/D (and of the bias).
-    pub dtype: DType,
+    /// `cudaDataType` of A and B.
+    pub ab_type: c_int,
+    /// `cudaDataType` of C/D (and of the bias).
+    pub cd_type: c_int,
+    /// Set `CUBLASLT_MATMUL_DESC_FAST_ACCUM` (FP8 only; PyTorch's Linear never does).
+    pub fast_accum: bool,
     /// `cublasComputeType_t`.
     pub compute: c_int,
     /// A is stored transposed (`transpose_mat1`).
@@ -224,7 +235,9 @@ impl MatmulSpec {
             fit(in_f, "in_features")?,
         );
         Ok(MatmulSpec {
-            dtype,
+            ab_type: data_type(dtype),
+            cd_type: data_type(dtype),
+            fast_accum: false,
             compute: compute_type(dtype, allow_tf32),
             transa: true,
             transb: false,
@@ -238,6 +251,36 @@ impl MatmulSpec {
             alpha: 1.0,
             beta: 0.0,
         })
+    }
+
+    /// A plain product `D (m x n) = op(A) · B` with A stored transposed, as cuBLASLt requires for
+    /// FP8 ("TN") and as a Linear stores its weight: A is `k x m` with `lda = k`, B is `k x n` with
+    /// `ldb = k`, D is `m x n` with `ldc = m`; no epilogue, `alpha = 1`, `beta = 0`.
+    pub fn product(
+        m: u64,
+        n: u64,
+        k: u64,
+        ab_type: c_int,
+        cd_type: c_int,
+        compute: c_int,
+    ) -> MatmulSpec {
+        MatmulSpec {
+            ab_type,
+            cd_type,
+            fast_accum: false,
+            compute,
+            transa: true,
+            transb: false,
+            m,
+            n,
+            k,
+            lda: k as i64,
+            ldb: k as i64,
+            ldc: m as i64,
+            epilogue: Epilogue::Default,
+            alpha: 1.0,
+            beta: 0.0,
+        }
     }
 
     /// A's layout: `m x k`, created `k x m` when stored transposed.
@@ -447,14 +490,17 @@ impl<'l> LtPlan<'l> {
                 let pointer = b as *const c_void;
                 plan.set_desc(DESC_BIAS_POINTER, &pointer)?;
             }
-            let ty = data_type(spec.dtype);
+            if spec.fast_accum {
+                plan.set_desc(DESC_FAST_ACCUM, &1i8)?;
+            }
+            let types = [spec.ab_type, spec.ab_type, spec.cd_type];
             for (slot, (rows, cols, ld)) in [spec.a_layout(), spec.b_layout(), spec.c_layout()]
                 .into_iter()
                 .enumerate()
             {
                 check(
                     "cublasLtMatrixLayoutCreate",
-                    (lt.layout_create)(&mut plan.layouts[slot], ty, rows, cols, ld),
+                    (lt.layout_create)(&mut plan.layouts[slot], types[slot], rows, cols, ld),
                 )?;
             }
             plan.set_pref(PREF_MAX_WORKSPACE_BYTES, &workspace_bytes)?;
@@ -680,6 +726,26 @@ mod tests {
     }
 
     #[test]
+    fn a_plain_product_is_a_bias_free_linear() {
+        // The probe's product has the Linear's layouts (TN), without the bias.
+        let p = MatmulSpec::product(8, 6, 4, CUDA_R_8F_E4M3, CUDA_R_16BF, COMPUTE_32F);
+        let l = MatmulSpec::linear(6, 4, 8, DType::Bfloat16, false).unwrap();
+        assert_eq!(
+            (p.a_layout(), p.b_layout(), p.c_layout()),
+            (l.a_layout(), l.b_layout(), l.c_layout())
+        );
+        assert_eq!(p.epilogue, Epilogue::Default);
+        assert_eq!((p.alpha, p.beta), (1.0, 0.0));
+        let a: Vec<f64> = (0..32).map(|i| i as f64 * 0.5).collect();
+        let b: Vec<f64> = (0..24).map(|i| 1.0 - i as f64 * 0.25).collect();
+        let mut d = vec![7.0; 48];
+        host_matmul(&p, &a, &b, None, &mut d);
+        // D[i, j] = sum over p of A[p + i k] B[p + j k].
+        let want: f64 = (0..4).map(|q| a[q + 2 * 4] * b[q + 3 * 4]).sum();
+        assert_eq!(d[2 + 3 * 8], want);
+    }
+
+    #[test]
     fn tf32_only_for_float32_when_allowed() {
         assert_eq!(compute_type(DType::Float32, false), COMPUTE_32F);
         assert_eq!(compute_type(DType::Float32, true), COMPUTE_32F_FAST_TF32);
@@ -736,6 +802,9 @@ mod tests {
         assert_eq!(data_type(DType::Float32), T::CUDA_R_32F as c_int);
         assert_eq!(data_type(DType::Float16), T::CUDA_R_16F as c_int);
         assert_eq!(data_type(DType::Bfloat16), T::CUDA_R_16BF as c_int);
+        assert_eq!(CUDA_R_16BF, T::CUDA_R_16BF as c_int);
+        assert_eq!(CUDA_R_8F_E4M3, T::CUDA_R_8F_E4M3 as c_int);
+        assert_eq!(D::CUBLASLT_MATMUL_DESC_FAST_ACCUM as c_int, DESC_FAST_ACCUM);
         use lt_sys::cublasComputeType_t as C;
         assert_eq!(C::CUBLAS_COMPUTE_32F as c_int, COMPUTE_32F);
         assert_eq!(

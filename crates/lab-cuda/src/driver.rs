@@ -204,6 +204,46 @@ impl Driver {
         })
     }
 
+    /// Checks a return code of a call made through another symbol table of this driver (the
+    /// probe's, see `crate::copies`), naming the call and the error as every driver error does.
+    pub(crate) fn check_call(&self, call: &'static str, rc: CuResult) -> Result<(), CudaError> {
+        self.check(call, rc)
+    }
+
+    /// `cuMemcpyHtoDAsync`, queued only (the caller times it with events and waits for them).
+    ///
+    /// # Safety
+    /// `dst .. dst + len` lies in one live allocation, `src .. src + len` is readable host memory,
+    /// and both stay so until the copy has run on `stream`.
+    pub unsafe fn queue_copy_to_device(
+        &self,
+        dst: DevicePtr,
+        src: *const c_void,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), CudaError> {
+        // SAFETY: guaranteed by the caller.
+        let rc = unsafe { (self.api.memcpy_htod_async)(dst, src, len, stream) };
+        self.check("cuMemcpyHtoDAsync_v2", rc)
+    }
+
+    /// `cuMemcpyDtoHAsync`, queued only.
+    ///
+    /// # Safety
+    /// `src .. src + len` lies in one live allocation, `dst .. dst + len` is writable host memory,
+    /// and both stay so until the copy has run on `stream`.
+    pub unsafe fn queue_copy_to_host(
+        &self,
+        dst: *mut c_void,
+        src: DevicePtr,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), CudaError> {
+        // SAFETY: guaranteed by the caller.
+        let rc = unsafe { (self.api.memcpy_dtoh_async)(dst, src, len, stream) };
+        self.check("cuMemcpyDtoHAsync_v2", rc)
+    }
+
     /// The event-timing symbol in use (`cuEventElapsedTime_v2` on R570+, else the older name).
     pub fn elapsed_symbol(&self) -> &'static str {
         self.elapsed.1
@@ -511,6 +551,11 @@ impl Driver {
 /// The driver library, once opened: never closed, so the driver's code stays mapped for the
 /// process's life (the R535 `libcuda` is not NODELETE; a teardown after `dlclose` would crash).
 static DRIVER_LIBRARY: OnceLock<Library> = OnceLock::new();
+
+/// The driver library opened by [`Driver::load`], for symbols only some commands need.
+pub(crate) fn loaded_library() -> Option<&'static Library> {
+    DRIVER_LIBRARY.get()
+}
 
 /// Opens the driver library: the driver's SONAME first, then the development name. The first
 /// library opened is kept for the process's life and returned by every later call.

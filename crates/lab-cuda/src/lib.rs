@@ -8,6 +8,7 @@
 
 mod blas;
 pub mod blaslt;
+mod copies;
 mod device;
 mod driver;
 mod environment;
@@ -16,8 +17,10 @@ mod kernels;
 #[cfg(test)]
 mod kernels_on_host;
 mod loader;
+pub mod lot;
 mod maps;
 mod nvml;
+pub mod probe;
 mod segments;
 mod version;
 

@@ -4,8 +4,10 @@
 
 use std::path::PathBuf;
 
+use lab::lot::{GpuFacts, OtherProcess};
 use nvml_wrapper::Nvml;
-use nvml_wrapper::enum_wrappers::device::Clock;
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
+use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use serde_json::{Value, json};
 
@@ -82,6 +84,88 @@ impl NvmlHandle {
         false
     }
 
+    /// The name NVML knows a CUDA device by (`GPU-...`, or `MIG-...` for a MIG instance), without
+    /// changing which device this handle is matched to.
+    pub fn uuid_of(&self, uuid_hex: &[u8; 16]) -> Option<String> {
+        ["GPU", "MIG"]
+            .iter()
+            .map(|prefix| crate::driver::format_uuid(prefix, uuid_hex))
+            .find(|uuid| self.nvml.device_by_uuid(uuid.as_str()).is_ok())
+    }
+
+    /// Fills the NVML facts of the device known as `uuid` into `facts` (each left `None` when
+    /// NVML cannot say) and sets `nvml_matched`.
+    pub fn fill_facts(&self, uuid: &str, facts: &mut GpuFacts) {
+        let Ok(d) = self.nvml.device_by_uuid(uuid) else {
+            return;
+        };
+        facts.nvml_matched = true;
+        facts.uuid = uuid.to_string();
+        facts.pcie_generation = d.current_pcie_link_gen().ok();
+        facts.pcie_width = d.current_pcie_link_width().ok();
+        facts.pcie_max_generation = d.max_pcie_link_gen().ok();
+        facts.pcie_max_width = d.max_pcie_link_width().ok();
+        facts.pcie_gpu_max_generation = self.gpu_max_pcie_generation(&d);
+        facts.sm_clock_mhz = d.clock_info(Clock::SM).ok();
+        facts.max_sm_clock_mhz = d.max_clock_info(Clock::SM).ok();
+        facts.throttle_reasons = d.current_throttle_reasons().ok().map(reason_names);
+        facts.power_limit_watts = d
+            .enforced_power_limit()
+            .ok()
+            .map(|mw| f64::from(mw) / 1000.0);
+        facts.default_power_limit_watts = d
+            .power_management_limit_default()
+            .ok()
+            .map(|mw| f64::from(mw) / 1000.0);
+        facts.ecc_enabled = d.is_ecc_enabled().ok().map(|e| e.currently_enabled);
+        facts.ecc_uncorrected_volatile = d
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .ok();
+        facts.ecc_corrected_volatile = d
+            .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+            .ok();
+        facts.retired_pages_pending = d.are_pages_pending_retired().ok();
+        if let Some((corr, unc, pending, failure)) = self.remapped_rows(&d) {
+            facts.remapped_rows_correctable = Some(corr);
+            facts.remapped_rows_uncorrectable = Some(unc);
+            facts.row_remap_pending = Some(pending);
+            facts.row_remap_failure = Some(failure);
+        }
+        facts.mig_enabled = d.mig_mode().ok().map(|m| m.current == 1);
+        facts.persistence_mode = d.is_in_persistent_mode().ok();
+        facts.other_processes = other_processes(&d);
+        let links: Vec<bool> = (0..NVLINK_MAX_LINKS)
+            .filter_map(|l| d.link_wrapper_for(l).is_active().ok())
+            .collect();
+        facts.nvlink_active_links =
+            (!links.is_empty()).then(|| links.iter().filter(|a| **a).count() as u32);
+    }
+
+    /// `nvmlDeviceGetGpuMaxPcieLinkGeneration` (the GPU's own maximum), which nvml-wrapper does
+    /// not wrap.
+    fn gpu_max_pcie_generation(&self, d: &nvml_wrapper::Device<'_>) -> Option<u32> {
+        let f = self
+            .nvml
+            .lib()
+            .nvmlDeviceGetGpuMaxPcieLinkGeneration
+            .as_ref()
+            .ok()?;
+        let mut generation: std::ffi::c_uint = 0;
+        // SAFETY: the prototype is nvml.h's; `d` is a live handle of this NVML; valid out-pointer.
+        let rc = unsafe { f(d.handle(), &mut generation) };
+        (rc == 0).then_some(generation)
+    }
+
+    /// `nvmlDeviceGetRemappedRows`: (correctable, uncorrectable, pending, failure), which
+    /// nvml-wrapper does not wrap.
+    fn remapped_rows(&self, d: &nvml_wrapper::Device<'_>) -> Option<(u32, u32, bool, bool)> {
+        let f = self.nvml.lib().nvmlDeviceGetRemappedRows.as_ref().ok()?;
+        let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
+        // SAFETY: the prototype is nvml.h's; `d` is a live handle; four valid out-pointers.
+        let rc = unsafe { f(d.handle(), &mut corr, &mut unc, &mut pending, &mut failure) };
+        (rc == 0).then_some((corr, unc, pending != 0, failure != 0))
+    }
+
     /// Facts about the matched device, each left out when NVML cannot say.
     pub fn device_facts(&self) -> Value {
         let Some(uuid) = &self.device_uuid else {
@@ -90,6 +174,8 @@ impl NvmlHandle {
         let Ok(d) = self.nvml.device_by_uuid(uuid.as_str()) else {
             return Value::Null;
         };
+        let mut health = GpuFacts::default();
+        self.fill_facts(uuid, &mut health);
         let mem = d.memory_info().ok();
         let ecc = d.is_ecc_enabled().ok();
         let mig = d.mig_mode().ok();
@@ -113,6 +199,20 @@ impl NvmlHandle {
                 "max_width": d.max_pcie_link_width().ok(),
             },
             "power_limit_watts": d.enforced_power_limit().ok().map(|mw| f64::from(mw) / 1000.0),
+            "default_power_limit_watts": health.default_power_limit_watts,
+            "throttle_reasons": health.throttle_reasons,
+            "ecc_errors": {
+                "uncorrected_volatile": health.ecc_uncorrected_volatile,
+                "corrected_volatile": health.ecc_corrected_volatile,
+                "retired_pages_pending": health.retired_pages_pending,
+                "remapped_rows_uncorrectable": health.remapped_rows_uncorrectable,
+                "remapped_rows_correctable": health.remapped_rows_correctable,
+                "row_remap_pending": health.row_remap_pending,
+                "row_remap_failure": health.row_remap_failure,
+            },
+            "persistence_mode": health.persistence_mode,
+            "nvlink_active_links": health.nvlink_active_links,
+            "other_processes": health.other_processes,
         })
     }
 
@@ -130,6 +230,66 @@ impl NvmlHandle {
                 UsedGpuMemory::Unavailable => None,
             })
     }
+}
+
+/// NVML's `NVML_NVLINK_MAX_LINKS`.
+const NVLINK_MAX_LINKS: u32 = 18;
+
+/// The names of NVML's clock-event (throttle) reason bits, as the lot checks read them.
+fn reason_names(r: ThrottleReasons) -> Vec<String> {
+    [
+        (ThrottleReasons::GPU_IDLE, "gpu_idle"),
+        (
+            ThrottleReasons::APPLICATIONS_CLOCKS_SETTING,
+            "applications_clocks_setting",
+        ),
+        (ThrottleReasons::SW_POWER_CAP, "sw_power_cap"),
+        (ThrottleReasons::HW_SLOWDOWN, "hw_slowdown"),
+        (ThrottleReasons::SYNC_BOOST, "sync_boost"),
+        (ThrottleReasons::SW_THERMAL_SLOWDOWN, "sw_thermal_slowdown"),
+        (ThrottleReasons::HW_THERMAL_SLOWDOWN, "hw_thermal_slowdown"),
+        (
+            ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
+            "hw_power_brake_slowdown",
+        ),
+        (
+            ThrottleReasons::DISPLAY_CLOCK_SETTING,
+            "display_clock_setting",
+        ),
+    ]
+    .iter()
+    .filter(|(bit, _)| r.contains(*bit))
+    .map(|(_, name)| name.to_string())
+    .collect()
+}
+
+/// The other processes on a device (compute and graphics, this process left out), or `None`
+/// when NVML cannot list them.
+fn other_processes(d: &nvml_wrapper::Device<'_>) -> Option<Vec<OtherProcess>> {
+    let compute = d.running_compute_processes();
+    let graphics = d.running_graphics_processes();
+    if compute.is_err() && graphics.is_err() {
+        return None;
+    }
+    let own = own_pids();
+    let mut out: Vec<OtherProcess> = Vec::new();
+    for p in compute
+        .unwrap_or_default()
+        .into_iter()
+        .chain(graphics.unwrap_or_default())
+    {
+        if own.contains(&p.pid) || out.iter().any(|o| o.pid == p.pid) {
+            continue;
+        }
+        out.push(OtherProcess {
+            pid: p.pid,
+            used_bytes: match p.used_gpu_memory {
+                UsedGpuMemory::Used(b) => Some(b),
+                UsedGpuMemory::Unavailable => None,
+            },
+        });
+    }
+    Some(out)
 }
 
 /// This process's ids in every PID namespace /proc shows (`NSpid`), plus its own id: NVML lists

@@ -375,3 +375,108 @@ pub(crate) fn line_chart(
         Ok(())
     })
 }
+
+/// One bar of a probe chart: a device's figure and the datasheet figure it is held against.
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeBar {
+    /// Index of the device (its colour and legend entry).
+    pub device: usize,
+    pub value: f64,
+    pub reference: Option<f64>,
+}
+
+/// One figure (`h2d_pinned`, `bfloat16`, ...) with a bar per GPU.
+#[derive(Debug, Clone)]
+pub(crate) struct ProbeGroup {
+    pub label: String,
+    pub bars: Vec<ProbeBar>,
+}
+
+/// Per-GPU bars of each figure, each with a black line at its datasheet figure: how far every
+/// card of the lot is from what its model should do, and from the other cards.
+pub(crate) fn probe_bars(
+    title: &str,
+    y_desc: &str,
+    devices: &[String],
+    groups: &[ProbeGroup],
+) -> Result<String, ReportError> {
+    let n = groups.len().max(1);
+    let labels: Vec<String> = groups.iter().map(|g| g.label.clone()).collect();
+    let top = groups
+        .iter()
+        .flat_map(|g| g.bars.iter())
+        .flat_map(|b| std::iter::once(b.value).chain(b.reference))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.5;
+    let per_group = devices.len().max(1) as f64;
+    let has_reference = groups
+        .iter()
+        .any(|g| g.bars.iter().any(|b| b.reference.is_some()));
+    svg(title, (width_for(n * devices.len().max(1)), 400), |root| {
+        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, (FONT, 22))
+            .margin(12)
+            .x_label_area_size(42)
+            .y_label_area_size(64)
+            .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_desc("figure")
+            .y_desc(y_desc)
+            .x_label_formatter(&|v| {
+                labels
+                    .get(v.floor().max(0.0) as usize)
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .y_label_formatter(&|v| tick(*v))
+            .label_style((FONT, 15))
+            .axis_desc_style((FONT, 15))
+            .draw()?;
+        let bar = 0.8 / per_group;
+        for (d, name) in devices.iter().enumerate() {
+            let color = PALETTE[d % PALETTE.len()];
+            chart
+                .draw_series(groups.iter().enumerate().flat_map(|(i, g)| {
+                    g.bars.iter().filter(|b| b.device == d).map(move |b| {
+                        let x = i as f64 + 0.1 + bar * d as f64;
+                        Rectangle::new([(x, 0.0), (x + bar * 0.9, b.value)], color.filled())
+                    })
+                }))?
+                .label(name.as_str())
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+        }
+        if has_reference {
+            chart
+                .draw_series(groups.iter().enumerate().flat_map(|(i, g)| {
+                    g.bars.iter().filter_map(move |b| {
+                        let x = i as f64 + 0.1 + bar * b.device as f64;
+                        b.reference.map(|r| {
+                            PathElement::new(
+                                vec![(x, r), (x + bar * 0.9, r)],
+                                BLACK.stroke_width(3),
+                            )
+                        })
+                    })
+                }))?
+                .label("datasheet figure")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
+                });
+        }
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .label_font((FONT, 15))
+            .background_style(WHITE.mix(0.9))
+            .border_style(BLACK)
+            .draw()?;
+        Ok(())
+    })
+}

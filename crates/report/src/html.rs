@@ -7,8 +7,8 @@ use lab::measure::document::MeasurementDocument;
 use serde_json::Value;
 use sweep::summary::{Row, Status};
 
-use crate::charts::{self, PALETTE, PhaseAxes, Series};
-use crate::load::{Inputs, ReportError, Run, Sweep};
+use crate::charts::{self, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
+use crate::load::{Inputs, Probe, ReportError, Run, Sweep};
 use crate::units::{bytes, bytes_unit, flops_unit, tick};
 
 /// What the page says about itself.
@@ -68,11 +68,16 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
     let mut body = String::new();
     let _ = write!(
         body,
-        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s); written by {} at {}. \
+        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s){}; written by {} at {}. \
          Bytes use binary prefixes (KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup>, GiB = 2<sup>30</sup> bytes); \
          <code>allocated</code> is part of <code>reserved</code>: never add them.</p>\n",
         inputs.runs.len(),
         inputs.sweeps.len(),
+        if inputs.probes.is_empty() {
+            String::new()
+        } else {
+            format!(", {} probe(s)", inputs.probes.len())
+        },
         escape(&meta.tool),
         escape(&meta.generated_utc)
     );
@@ -87,6 +92,13 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         let axes = PhaseAxes::of(&all);
         for run in &inputs.runs {
             run_card(&mut body, run, &axes)?;
+        }
+        body.push_str("</div>\n</section>\n");
+    }
+    if !inputs.probes.is_empty() {
+        body.push_str("<section id=\"probes\">\n<h2>Probes</h2>\n<p class=\"note\">Copy bandwidth and dense GEMM throughput per GPU (the median of repeated timed runs), each against the datasheet figure of the detected model (the black line).</p>\n<div class=\"grid\">\n");
+        for probe in &inputs.probes {
+            probe_card(&mut body, probe)?;
         }
         body.push_str("</div>\n</section>\n");
     }
@@ -202,6 +214,211 @@ fn run_card(out: &mut String, run: &Run, axes: &PhaseAxes) -> Result<(), ReportE
     );
     out.push_str("</article>\n");
     Ok(())
+}
+
+/// A probe: what was probed, a table of every figure against the datasheet, the warnings, and
+/// a bar chart each for copies and products.
+fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
+    let doc = &probe.doc;
+    let _ = writeln!(
+        out,
+        "<article class=\"card probe\">\n<h3>{}</h3>",
+        escape(&probe.label)
+    );
+    if doc.reference_device {
+        out.push_str("<p class=\"badge\">CPU reference device: host memcpy bandwidth only, not a GPU figure</p>\n");
+    }
+    let devices: Vec<String> = doc
+        .devices
+        .iter()
+        .map(|d| match &d.facts {
+            Some(f) => format!("{} ({})", d.device, f.name),
+            None => d.device.clone(),
+        })
+        .collect();
+    let status = match &doc.error {
+        Some(e) => format!("INCOMPLETE: {e}"),
+        None if doc.complete => "complete".to_string(),
+        None => "INCOMPLETE".to_string(),
+    };
+    let items = [
+        ("devices", devices.join(", ")),
+        ("datasheet", doc.datasheet.clone()),
+        (
+            "budget",
+            format!(
+                "{} s per GPU{}",
+                doc.configuration.seconds_per_gpu,
+                if doc.configuration.concurrent {
+                    ", GPUs concurrently"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        ("started", doc.started_utc.clone()),
+        ("warnings", doc.warnings.to_string()),
+        ("status", status),
+    ];
+    out.push_str("<dl>\n");
+    for (k, v) in items {
+        let bad = (k == "status" && !doc.complete) || (k == "warnings" && doc.warnings > 0);
+        let class = if bad { " class=\"bad\"" } else { "" };
+        let _ = writeln!(out, "<dt>{k}</dt><dd{class}>{}</dd>", escape(&v));
+    }
+    out.push_str("</dl>\n");
+
+    let mut copies: Vec<ProbeGroup> = Vec::new();
+    let mut gemms: Vec<ProbeGroup> = Vec::new();
+    let mut rows = String::new();
+    let push = |groups: &mut Vec<ProbeGroup>, label: &str, bar: ProbeBar| match groups
+        .iter_mut()
+        .find(|g| g.label == label)
+    {
+        Some(g) => g.bars.push(bar),
+        None => groups.push(ProbeGroup {
+            label: label.to_string(),
+            bars: vec![bar],
+        }),
+    };
+    for (i, d) in doc.devices.iter().enumerate() {
+        for c in &d.copies {
+            if let Some(v) = c.gb_per_s {
+                probe_row(
+                    &mut rows,
+                    &d.device,
+                    c.kind.label(),
+                    v,
+                    "GB/s",
+                    c.reference.as_ref(),
+                );
+                let bar = ProbeBar {
+                    device: i,
+                    value: v,
+                    reference: line_at(v, c.reference.as_ref()),
+                };
+                push(&mut copies, c.kind.name(), bar);
+            }
+        }
+        for g in &d.gemms {
+            if let Some(v) = g.tflops {
+                let figure = format!("{} GEMM {}x{}x{}", g.kind.name(), g.m, g.n, g.k);
+                probe_row(
+                    &mut rows,
+                    &d.device,
+                    &figure,
+                    v,
+                    "TFLOP/s",
+                    g.reference.as_ref(),
+                );
+                let bar = ProbeBar {
+                    device: i,
+                    value: v,
+                    reference: line_at(v, g.reference.as_ref()),
+                };
+                push(&mut gemms, g.kind.name(), bar);
+            }
+        }
+    }
+    for p in &doc.peers {
+        if let Some(v) = p.gb_per_s {
+            let figure = format!("peer to peer {} -> {}", p.from, p.to);
+            probe_row(&mut rows, &p.from, &figure, v, "GB/s", p.reference.as_ref());
+            if let Some(i) = doc.devices.iter().position(|d| d.device == p.from) {
+                let bar = ProbeBar {
+                    device: i,
+                    value: v,
+                    reference: line_at(v, p.reference.as_ref()),
+                };
+                push(&mut copies, &format!("p2p -> {}", p.to), bar);
+            }
+        }
+    }
+    out.push_str("<table>\n<tr><th>device</th><th>figure</th><th>measured</th><th>datasheet</th><th>of datasheet</th></tr>\n");
+    out.push_str(&rows);
+    out.push_str("</table>\n");
+    let warnings: Vec<_> = doc
+        .findings
+        .iter()
+        .filter(|f| f.severity == lab::lot::Severity::Warning)
+        .collect();
+    if !warnings.is_empty() {
+        out.push_str("<ul>\n");
+        for f in warnings {
+            let _ = writeln!(
+                out,
+                "<li class=\"bad\">{}: {}</li>",
+                escape(&f.code),
+                escape(&f.message)
+            );
+        }
+        out.push_str("</ul>\n");
+    }
+    if !copies.is_empty() {
+        let caption = if doc.reference_device {
+            "Host memory to host memory on the CPU: no GPU and no datasheet figure."
+        } else {
+            "Median copy bandwidth per GPU; the black line is the datasheet figure (one direction of the PCIe link for host copies, half the memory bandwidth for a copy within the GPU, which reads and writes every byte)."
+        };
+        figure(
+            out,
+            "probe-copies",
+            caption,
+            &charts::probe_bars("Copy bandwidth per device", "GB/s", &devices, &copies)?,
+        );
+    }
+    if !gemms.is_empty() {
+        figure(
+            out,
+            "probe-gemms",
+            "Median dense GEMM throughput per GPU and dtype; the black line is the datasheet's dense peak.",
+            &charts::probe_bars("GEMM throughput per GPU", "TFLOP/s", &devices, &gemms)?,
+        );
+    }
+    out.push_str("</article>\n");
+    Ok(())
+}
+
+/// Where the datasheet line of a bar goes, in the bar's own unit: the value at which the figure
+/// would be 100% of its datasheet figure. Most figures compare directly (the line is the datasheet
+/// value); a device-to-device copy compares its memory traffic, twice the copy rate, so its line
+/// sits at half the memory bandwidth.
+fn line_at(value: f64, r: Option<&lab::probe::Reference>) -> Option<f64> {
+    r.map(|r| {
+        if r.percent > 0.0 && r.percent.is_finite() {
+            value * 100.0 / r.percent
+        } else {
+            r.value
+        }
+    })
+}
+
+/// One row of a probe's table: the figure, its datasheet figure and the percentage (marked when
+/// under the probe's threshold).
+fn probe_row(
+    rows: &mut String,
+    device: &str,
+    figure: &str,
+    value: f64,
+    unit: &str,
+    r: Option<&lab::probe::Reference>,
+) {
+    let (reference, percent, class) = match r {
+        Some(r) => (
+            format!("{:.1} {unit}", r.value),
+            format!("{:.1}%", r.percent),
+            if r.below_threshold { "num bad" } else { "num" },
+        ),
+        None => ("-".to_string(), "-".to_string(), "num"),
+    };
+    let _ = writeln!(
+        rows,
+        "<tr><td>{}</td><td>{}</td><td class=\"num\">{value:.1} {unit}</td><td class=\"num\">{}</td><td class=\"{class}\">{}</td></tr>",
+        escape(device),
+        escape(figure),
+        escape(&reference),
+        escape(&percent)
+    );
 }
 
 fn ok_rows(sweep: &Sweep) -> impl Iterator<Item = &Row> {
@@ -514,5 +731,22 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));
         assert!(page.contains(CSP) && page.contains("iteragpu &lt;test&gt;"));
         assert!(!page.contains("<figure"));
+    }
+
+    #[test]
+    fn the_datasheet_line_sits_where_the_figure_would_be_100_percent() {
+        let r = |value: f64, percent: f64| lab::probe::Reference {
+            value,
+            basis: String::new(),
+            percent,
+            threshold_percent: 70.0,
+            below_threshold: percent < 70.0,
+        };
+        // A direct comparison: the line is the datasheet value.
+        assert_eq!(line_at(31.5, Some(&r(63.0, 50.0))), Some(63.0));
+        // A device copy: 1200 GB/s copied is 2400 GB/s of traffic, 50% of 4800: line at 2400.
+        assert_eq!(line_at(1200.0, Some(&r(4800.0, 50.0))), Some(2400.0));
+        assert_eq!(line_at(0.0, Some(&r(4800.0, 0.0))), Some(4800.0));
+        assert_eq!(line_at(1.0, None), None);
     }
 }

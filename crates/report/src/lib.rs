@@ -1,5 +1,5 @@
-//! The IteraGPU Lab report: measurement documents and sweep folders turned into one
-//! self-contained HTML page.
+//! The IteraGPU Lab report: measurement documents, probe documents and sweep folders turned into
+//! one self-contained HTML page.
 //!
 //! The page needs nothing but a browser: charts are inline SVG drawn with plotters' SVG backend
 //! (text stays SVG `<text>`, so no font files are read or embedded), styles are inline, there is
@@ -17,4 +17,4 @@ mod load;
 mod units;
 
 pub use html::{Meta, escape, render};
-pub use load::{Inputs, ReportError, Run, Sweep, load};
+pub use load::{Inputs, Probe, ReportError, Run, Sweep, load};

@@ -1,4 +1,4 @@
-//! Reading what the report shows: measurement documents and sweep folders.
+//! Reading what the report shows: measurement documents, probe documents and sweep folders.
 
 use std::path::{Path, PathBuf};
 
@@ -6,6 +6,7 @@ use lab::files::InputError;
 use lab::measure::document::{
     MEASUREMENT_KIND, MEASUREMENT_LIMIT, MEASUREMENT_SCHEMA, MeasurementDocument,
 };
+use lab::probe::{PROBE_SCHEMA, ProbeDocument};
 use sweep::summary::{Row, SUMMARY_FILE, SummaryError, read_summary};
 
 /// The most a report reads in all (documents and summaries together): what one page can show
@@ -16,7 +17,7 @@ pub const TOTAL_LIMIT: u64 = 64 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// A path given does not exist.
-    #[error("{} does not exist; give measurement documents (.json) or sweep folders", .0.display())]
+    #[error("{} does not exist; give measurement or probe documents (.json) or sweep folders", .0.display())]
     Missing(PathBuf),
     /// A folder could not be listed.
     #[error("could not read {}: {reason}", .path.display())]
@@ -47,8 +48,8 @@ pub enum ReportError {
         /// The file it names.
         file: String,
     },
-    /// A file is not a measurement document.
-    #[error("{} is not a measurement document ({why}); give files written by `iteragpu measure`", .path.display())]
+    /// A file is not a measurement document (nor, where one may stand, a probe document).
+    #[error("{} is not a measurement document ({why}); give files written by `iteragpu measure` or `iteragpu probe`", .path.display())]
     NotADocument {
         /// The file.
         path: PathBuf,
@@ -80,6 +81,15 @@ pub struct Run {
     pub doc: MeasurementDocument,
 }
 
+/// One probe of a device or a lot.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// How the page names it: the path as given.
+    pub label: String,
+    /// The document.
+    pub doc: ProbeDocument,
+}
+
 /// One sweep folder.
 #[derive(Debug, Clone)]
 pub struct Sweep {
@@ -105,6 +115,14 @@ pub struct Inputs {
     pub runs: Vec<Run>,
     /// Sweeps, in the order given.
     pub sweeps: Vec<Sweep>,
+    /// Probe documents, in the order given.
+    pub probes: Vec<Probe>,
+}
+
+/// A document of either kind.
+enum Document {
+    Measurement(Box<MeasurementDocument>),
+    Probe(Box<ProbeDocument>),
 }
 
 /// A summary's `file` cell as a path inside `folder`: a plain file name (no folder part, no
@@ -153,7 +171,7 @@ impl Budget {
 
 /// Reads documents and folders: a folder with a `summary.csv` is a sweep, whose documents are
 /// read only by plain file names inside it; any other folder contributes each `.json` document
-/// in it (sorted by name). Each document is read within [`MEASUREMENT_LIMIT`], all of them within
+/// in it (sorted by name). A document is a measurement or a probe, told apart by its schema. Each document is read within [`MEASUREMENT_LIMIT`], all of them within
 /// [`TOTAL_LIMIT`].
 pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
     let mut inputs = Inputs::default();
@@ -193,12 +211,12 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
                 }
                 files.sort();
                 for f in files {
-                    inputs.runs.push(run(&f, &mut budget)?);
+                    add(&mut inputs, &f, &mut budget)?;
                 }
             }
         } else if path.exists() {
             // A file, or anything else that reads like one (a device, a pipe): within its limit.
-            inputs.runs.push(run(path, &mut budget)?);
+            add(&mut inputs, path, &mut budget)?;
         } else {
             return Err(ReportError::Missing(path.clone()));
         }
@@ -206,14 +224,28 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
     Ok(inputs)
 }
 
-fn run(path: &Path, budget: &mut Budget) -> Result<Run, ReportError> {
-    Ok(Run {
-        label: path.display().to_string(),
-        doc: document(path, budget)?,
-    })
+fn add(inputs: &mut Inputs, path: &Path, budget: &mut Budget) -> Result<(), ReportError> {
+    let label = path.display().to_string();
+    match any_document(path, budget)? {
+        Document::Measurement(doc) => inputs.runs.push(Run { label, doc: *doc }),
+        Document::Probe(doc) => inputs.probes.push(Probe { label, doc: *doc }),
+    }
+    Ok(())
 }
 
+/// A sweep's point: a measurement document only.
 fn document(path: &Path, budget: &mut Budget) -> Result<MeasurementDocument, ReportError> {
+    match any_document(path, budget)? {
+        Document::Measurement(doc) => Ok(*doc),
+        Document::Probe(_) => Err(ReportError::NotADocument {
+            path: path.to_path_buf(),
+            why: "it is a probe document, and a sweep's points are measurements".to_string(),
+        }),
+    }
+}
+
+fn any_document(path: &Path, budget: &mut Budget) -> Result<Document, ReportError> {
+    // A probe document is smaller than a measurement's bound allows: the same bound serves both.
     let bytes = lab::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
     budget.take(bytes.len())?;
     let not = |why: String| ReportError::NotADocument {
@@ -223,9 +255,13 @@ fn document(path: &Path, budget: &mut Budget) -> Result<MeasurementDocument, Rep
     let value: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| not(format!("not JSON: {e}")))?;
     match value.get("schema").and_then(|s| s.as_str()) {
-        Some(MEASUREMENT_SCHEMA) => {}
-        Some(other) => return Err(not(format!("its schema is {other:?}"))),
-        None => return Err(not("it has no schema".to_string())),
+        Some(MEASUREMENT_SCHEMA) => serde_json::from_value(value)
+            .map(|d| Document::Measurement(Box::new(d)))
+            .map_err(|e| not(e.to_string())),
+        Some(PROBE_SCHEMA) => serde_json::from_value(value)
+            .map(|d| Document::Probe(Box::new(d)))
+            .map_err(|e| not(format!("a probe document that does not read: {e}"))),
+        Some(other) => Err(not(format!("its schema is {other:?}"))),
+        None => Err(not("it has no schema".to_string())),
     }
-    serde_json::from_value(value).map_err(|e| not(e.to_string()))
 }

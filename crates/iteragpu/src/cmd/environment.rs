@@ -1,24 +1,65 @@
-//! `iteragpu environment`: the diagnosis of the device a user asked for.
+//! `iteragpu environment`: the diagnosis of the device a user asked for, or of the whole lot.
 
 use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use lab::catalogue::Catalogue;
+use lab::datasheet::Datasheet;
 use lab::environment::Environment;
+use lab::lot::{Expectation, Finding, LOT_SCHEMA, LotReport, Severity, check_lot};
 use lab::tool::ToolInfo;
+use lab_cuda::lot::{Selection, parse_selection};
+use ledger::Package;
 use serde_json::Value;
 
 use crate::{exit, output};
 
 /// Options of `environment`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu environment
+  iteragpu environment --device all
+  iteragpu environment --device cuda:0,1 --json
+  iteragpu environment --package b200:7:1
+
+`--device all` (or a list such as cuda:0,1) reports every GPU, one block each, and checks the
+lot: the same model and memory on every GPU, the number of GPUs the package promises, ECC
+errors, pages or rows waiting to be retired or remapped, MIG mode, persistence, clocks and
+throttle reasons, the PCIe link against its maximum and the datasheet, NVLink links, peer
+access between every pair, and other processes holding memory. Each finding that can cost the
+renter money is a named warning with its figures. Exit 0 even when no GPU is usable: the report
+then says why.")]
 pub struct Args {
-    /// The device to describe: `cuda:N` (an NVIDIA GPU) or `cpu` (the CPU reference device).
-    #[arg(long, default_value = "cuda:0")]
-    pub device: String,
+    /// The device to describe: `cuda:N` (an NVIDIA GPU), `cpu` (the CPU reference device), `all`
+    /// (every GPU, with lot checks) or a list such as `cuda:0,1` [default: cuda:0, or all with
+    /// --package].
+    #[arg(long)]
+    pub device: Option<String>,
+
+    /// The rented package, GPU:DAYS:LOTS (e.g. b200:7:1): the lot must hold gpus-per-lot x lots
+    /// GPUs of that model, with the catalogue's memory.
+    #[arg(long, value_parser = parse_package, value_name = "GPU:DAYS:LOTS")]
+    pub package: Option<Package>,
+
+    /// A tariff CSV to read the package from instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    pub catalogue: Option<PathBuf>,
+
+    /// A datasheet table to compare the GPUs with instead of the bundled one
+    /// (data/gpu-datasheet.csv's columns).
+    #[arg(long, value_name = "FILE")]
+    pub datasheet: Option<PathBuf>,
 
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `GPU:DAYS:LOTS`.
+pub fn parse_package(s: &str) -> Result<Package, String> {
+    s.parse().map_err(|e: ledger::LedgerError| e.to_string())
 }
 
 /// The identity of this build.
@@ -26,16 +67,67 @@ pub fn tool_info() -> ToolInfo {
     ToolInfo::new(option_env!("ITERAGPU_COMMIT"))
 }
 
+/// The datasheet table: `--datasheet FILE` or the bundled one (a file that fails validation is
+/// a data error, exit 1).
+pub fn datasheet(path: Option<&Path>) -> anyhow::Result<Datasheet> {
+    Ok(match path {
+        Some(p) => Datasheet::from_path(p)?,
+        None => Datasheet::embedded(),
+    })
+}
+
+/// What `--package` promises, from the catalogue (an unknown GPU or duration is a usage error).
+pub fn expectation(
+    package: Option<&Package>,
+    catalogue: Option<&Path>,
+) -> anyhow::Result<Option<Expectation>> {
+    let Some(p) = package else {
+        return Ok(None);
+    };
+    let catalogue = match catalogue {
+        Some(path) => Catalogue::from_path(path)?,
+        None => Catalogue::embedded(),
+    };
+    let t = catalogue
+        .find(&p.gpu, p.days)
+        .map_err(|e| exit::usage(format!("--package {p}: {e}")))?;
+    Ok(Some(Expectation {
+        package: p.to_string(),
+        gpu: t.gpu.clone(),
+        model: t.model.clone(),
+        gpus_per_lot: t.gpus_per_lot,
+        lots: p.lots,
+        gpus: u64::from(t.gpus_per_lot) * u64::from(p.lots),
+        usable_memory_mib: t.usable_memory_mib,
+    }))
+}
+
 /// Runs `environment`. A GPU that is not usable is reported (exit 0), not an error.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let env = if args.device == "cpu" {
+    let device = args.device.clone().unwrap_or_else(|| {
+        if args.package.is_some() {
+            "all".to_string()
+        } else {
+            "cuda:0".to_string()
+        }
+    });
+    if let Some(selection) = parse_selection(&device) {
+        return lot(&args, &selection);
+    }
+    if args.package.is_some() {
+        return Err(exit::usage(format!(
+            "--package checks a whole lot, not {device}: use --device all (the default with \
+             --package) or a list such as cuda:0,1"
+        )));
+    }
+    let env = if device == "cpu" {
         lab::cpu::environment(tool_info())
-    } else if let Some(ordinal) = lab_cuda::parse_ordinal(&args.device) {
+    } else if let Some(ordinal) = lab_cuda::parse_ordinal(&device) {
         lab_cuda::environment(ordinal, tool_info())
     } else {
         return Err(exit::usage(format!(
-            "unknown device {:?}: expected cuda:N (e.g. cuda:0) or cpu",
-            args.device
+            "unknown device {device:?}: expected cuda:N (e.g. cuda:0), all, a list such as \
+             cuda:0,1, or cpu"
         )));
     };
     if args.json {
@@ -46,11 +138,126 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--device all` / `cuda:0,1`: every GPU, the peer matrix and the lot checks.
+fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
+    let datasheet = datasheet(args.datasheet.as_deref())?;
+    let expectation = expectation(args.package.as_ref(), args.catalogue.as_deref())?;
+    let tool = tool_info();
+    let scan = lab_cuda::lot::scan(selection, &tool);
+    let facts: Vec<_> = scan
+        .devices
+        .iter()
+        .filter_map(|d| d.facts.clone())
+        .collect();
+    // With no driver the driver sees no GPU, so a package's lot is reported missing too.
+    let findings = check_lot(
+        &facts,
+        scan.visible.unwrap_or(0),
+        &scan.peers,
+        expectation.as_ref(),
+        &datasheet,
+    );
+    let report = LotReport {
+        schema: LOT_SCHEMA.to_string(),
+        tool,
+        requested_device: selection.describe(),
+        visible_devices: scan.visible,
+        usable: scan.problem.is_none() && scan.devices.iter().all(|d| d.environment.usable),
+        problem: scan.problem.as_ref().map(ToString::to_string),
+        package: expectation,
+        devices: scan.devices,
+        peers: scan.peers,
+        datasheet: datasheet.name().to_string(),
+        warnings: findings
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+            .count(),
+        findings,
+    };
+    if args.json {
+        output::print_json(&report)?;
+    } else {
+        output::print_text(&render_lot(&report))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The human lot report: a header, one block per GPU, the peer matrix, the findings.
+fn render_lot(r: &LotReport) -> String {
+    let mut out = String::new();
+    let commit = r.tool.commit.as_deref().unwrap_or("unknown commit");
+    let _ = writeln!(out, "{} {} ({commit})", r.tool.name, r.tool.version);
+    let visible = r
+        .visible_devices
+        .map_or("no driver".to_string(), |n| format!("{n} GPU(s) visible"));
+    let _ = writeln!(out, "lot: {} ({visible})", r.requested_device);
+    if let Some(p) = &r.package {
+        let _ = writeln!(
+            out,
+            "package: {} promises {} x {} ({} per lot x {} lot(s), {} MiB each)",
+            p.package, p.gpus, p.model, p.gpus_per_lot, p.lots, p.usable_memory_mib
+        );
+    }
+    if let Some(problem) = &r.problem {
+        let _ = writeln!(out, "problem: {problem}");
+    }
+    for d in &r.devices {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "== {}", d.environment.requested_device);
+        out.push_str(&render_body(&d.environment));
+    }
+    if !r.peers.is_empty() {
+        let _ = writeln!(out);
+        let _ = writeln!(out, "peer access (cuDeviceCanAccessPeer):");
+        for p in &r.peers {
+            let _ = writeln!(
+                out,
+                "  {} -> {}  {}",
+                p.from,
+                p.to,
+                if p.can_access { "yes" } else { "NO" }
+            );
+        }
+    }
+    let _ = writeln!(out);
+    out.push_str(&render_findings(&r.findings, &r.datasheet));
+    out
+}
+
+/// The findings as lines, warnings first (shared with `probe`).
+pub fn render_findings(findings: &[Finding], datasheet: &str) -> String {
+    let mut out = String::new();
+    let warnings = findings
+        .iter()
+        .filter(|f| f.severity == Severity::Warning)
+        .count();
+    let _ = writeln!(
+        out,
+        "lot checks: {warnings} warning(s), {} note(s) (datasheet table: {datasheet})",
+        findings.len() - warnings
+    );
+    for f in findings {
+        let level = match f.severity {
+            Severity::Warning => "WARNING",
+            Severity::Note => "note",
+        };
+        let _ = writeln!(out, "  {level} {}: {}", f.code, f.message);
+    }
+    out
+}
+
 /// The human report: a header, then the details as indented `key: value` lines.
 fn render(env: &Environment) -> String {
     let mut out = String::new();
     let commit = env.tool.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(out, "{} {} ({commit})", env.tool.name, env.tool.version);
+    out.push_str(&render_body(env));
+    out
+}
+
+/// The device line, usability and details of one report.
+fn render_body(env: &Environment) -> String {
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "device: {} (backend {})",
@@ -101,6 +308,12 @@ fn scalar(v: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Bool(true) => "yes".to_string(),
         Value::Bool(false) => "no".to_string(),
+        Value::Object(map) => map
+            .iter()
+            .filter(|(_, v)| !v.is_null())
+            .map(|(k, v)| format!("{} {}", k.replace('_', " "), scalar(v)))
+            .collect::<Vec<_>>()
+            .join(" "),
         other => other.to_string(),
     }
 }
@@ -127,5 +340,22 @@ mod tests {
         assert!(text.contains("gpu:\n  name: H200\n  sm count: 132\n"));
         assert!(text.contains("ecc: yes"));
         assert!(!text.contains("nvml"));
+    }
+
+    #[test]
+    fn findings_are_listed_with_their_level_and_code() {
+        let f = [
+            Finding::warning(
+                "gpu_missing",
+                None,
+                "the package promises 2".into(),
+                Value::Null,
+            ),
+            Finding::note("persistence_off", Some("cuda:0"), "off".into(), Value::Null),
+        ];
+        assert_eq!(
+            render_findings(&f, "embedded"),
+            "lot checks: 1 warning(s), 1 note(s) (datasheet table: embedded)\n  WARNING gpu_missing: the package promises 2\n  note persistence_off: off\n"
+        );
     }
 }

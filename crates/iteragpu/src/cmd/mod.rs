@@ -7,6 +7,7 @@ pub mod fit;
 pub mod kit;
 pub mod measure;
 pub mod price;
+pub mod probe;
 pub mod protocol;
 pub mod record;
 pub mod report;
@@ -32,5 +33,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cost(args) => cost::run(args),
         Command::Sweep(args) => sweep::run(args),
         Command::Report(args) => report::run(args),
+        Command::Probe(args) => probe::run(args),
     }
 }

@@ -1,4 +1,5 @@
-//! `iteragpu report`: measurement documents and sweep folders as one self-contained HTML page.
+//! `iteragpu report`: measurement documents, probe documents and sweep folders as one
+//! self-contained HTML page.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,14 +18,16 @@ use crate::output;
 Examples:
   iteragpu report runs --output report.html
   iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html
+  iteragpu report run.json probe.json --output with-probe.html
 
 The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a
-Content-Security-Policy forbids every fetch). Runs side by side share their axes. A sweep's
+Content-Security-Policy forbids every fetch). Runs side by side share their axes. A probe
+document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. A sweep's
 documents are read only by the plain file names its summary.csv gives, inside its folder; each
 document is read within 16 MiB and all inputs together within 64 MiB.")]
 pub struct Args {
-    /// Measurement documents (.json) and folders: a folder holding summary.csv is a sweep; any
-    /// other folder contributes every .json document in it.
+    /// Measurement and probe documents (.json) and folders: a folder holding summary.csv is a
+    /// sweep; any other folder contributes every .json document in it.
     #[arg(required = true, value_name = "FILES_OR_DIRS")]
     pub inputs: Vec<PathBuf>,
     /// The HTML file to create; it must not exist yet.
@@ -41,6 +44,7 @@ struct Written {
     output: PathBuf,
     runs: usize,
     sweeps: usize,
+    probes: usize,
     charts: usize,
     bytes: usize,
 }
@@ -66,14 +70,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output: args.output.clone(),
         runs: inputs.runs.len(),
         sweeps: inputs.sweeps.len(),
+        probes: inputs.probes.len(),
         charts: html.matches("<figure class=\"chart\"").count(),
         bytes: html.len(),
     };
     if args.json {
         output::print_json(&written)?;
     } else {
+        // Probes are named only when there are some: a page of measurements reads as before.
+        let probes = if written.probes > 0 {
+            format!("{} probe(s), ", written.probes)
+        } else {
+            String::new()
+        };
         output::print_text(&format!(
-            "wrote {}: {} run(s), {} sweep(s), {} charts ({} bytes, self-contained)\n",
+            "wrote {}: {} run(s), {} sweep(s), {probes}{} charts ({} bytes, self-contained)\n",
             written.output.display(),
             written.runs,
             written.sweeps,

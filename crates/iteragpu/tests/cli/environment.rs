@@ -258,3 +258,318 @@ fn the_default_workspaces_follow_the_compute_capability_exactly() {
         );
     }
 }
+
+/// A stub lot: a driver, NVML and cuBLAS; the scenario comes from `vars` (see the stubs' sources
+/// for each STUB_* variable).
+fn lot(args: &[&str], vars: &[(&str, &str)]) -> Value {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2"]).nvml().cublas("");
+    let mut cmd = iteragpu(libs.path());
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    json_report(cmd.arg("environment").args(args))
+}
+
+fn findings(v: &Value) -> Vec<(String, Option<String>)> {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["code"].as_str().unwrap().to_string(),
+                f["device"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+fn finding<'v>(v: &'v Value, code: &str) -> &'v Value {
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["code"] == code)
+        .unwrap_or_else(|| panic!("no {code} in {v:#}"))
+}
+
+const H200_PAIR: [(&str, &str); 3] = [
+    ("STUB_DEVICE_COUNT", "2"),
+    ("STUB_NAMES", "NVIDIA H200,NVIDIA H200"),
+    ("STUB_NVML_PCIE_MAX", "5x16"),
+];
+
+#[test]
+fn a_healthy_pair_reports_both_gpus_and_peer_access_without_a_warning() {
+    let v = lot(&["--device", "all"], &H200_PAIR);
+    assert_eq!(v["schema"], "iteragpu.lot/1");
+    assert_eq!(v["requested_device"], "all");
+    assert_eq!(v["visible_devices"], 2);
+    assert_eq!(v["usable"], true, "{v:#}");
+    let devices = v["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1]["environment"]["requested_device"], "cuda:1");
+    assert_eq!(
+        devices[1]["facts"]["uuid"],
+        "GPU-6f1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f9"
+    );
+    assert_eq!(devices[1]["facts"]["pcie_max_generation"], 5);
+    assert_eq!(v["peers"].as_array().unwrap().len(), 2);
+    assert!(
+        v["peers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["can_access"] == true)
+    );
+    assert_eq!(v["warnings"], 0, "{v:#}");
+}
+
+#[test]
+fn a_gpu_trained_at_gen3_x8_is_warned_with_its_link() {
+    let mut vars = H200_PAIR.to_vec();
+    vars.push(("STUB_NVML_PCIE", "5x16,3x8"));
+    let v = lot(&["--device", "all"], &vars);
+    assert_eq!(
+        findings(&v),
+        [("pcie_link_degraded".to_string(), Some("cuda:1".to_string()))]
+    );
+    let f = finding(&v, "pcie_link_degraded");
+    assert_eq!(f["severity"], "warning");
+    assert_eq!(f["figures"]["generation"], 3);
+    assert_eq!(f["figures"]["width"], 8);
+    assert_eq!(f["figures"]["max_generation"], 5);
+    assert!(f["message"].as_str().unwrap().contains("Gen3 x8"));
+}
+
+#[test]
+fn cuda_ordinals_are_matched_to_nvml_by_uuid_not_by_index() {
+    // CUDA_VISIBLE_DEVICES=1,0: cuda:0 is the second physical GPU, the one at Gen3 x8.
+    let mut vars = H200_PAIR.to_vec();
+    vars.extend([("STUB_NVML_PCIE", "5x16,3x8"), ("STUB_CUDA_ORDER", "1,0")]);
+    let v = lot(&["--device", "all"], &vars);
+    assert_eq!(
+        findings(&v),
+        [("pcie_link_degraded".to_string(), Some("cuda:0".to_string()))]
+    );
+    assert_eq!(
+        v["devices"][0]["facts"]["uuid"],
+        "GPU-6f1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f9"
+    );
+}
+
+/// A B200 as CUDA sees one: its name and the catalogue's 182631 MiB, nearly all free.
+const B200: [(&str, &str); 3] = [
+    ("STUB_NAMES", "NVIDIA B200"),
+    ("STUB_TOTAL_BYTES", "191503138816"),
+    ("STUB_FREE_BYTES", "190000000000"),
+];
+
+#[test]
+fn a_gpu_missing_from_the_package_is_warned() {
+    // A B200 lot holds two GPUs; one is visible.
+    let v = lot(&["--package", "b200:7:1"], &B200);
+    assert_eq!(v["requested_device"], "all");
+    assert_eq!(v["package"]["gpus"], 2);
+    assert_eq!(v["package"]["model"], "NVIDIA B200");
+    assert_eq!(findings(&v), [("gpu_missing".to_string(), None)]);
+    let f = finding(&v, "gpu_missing");
+    assert_eq!(f["figures"]["expected_gpus"], 2);
+    assert_eq!(f["figures"]["visible_gpus"], 1);
+    // Two lots promise four.
+    let v = lot(&["--device", "all", "--package", "b200:7:2"], &B200);
+    assert_eq!(finding(&v, "gpu_missing")["figures"]["expected_gpus"], 4);
+}
+
+#[test]
+fn another_model_than_the_package_is_warned() {
+    let v = lot(&["--package", "b200:7:1"], &H200_PAIR);
+    let codes: Vec<String> = findings(&v).into_iter().map(|(c, _)| c).collect();
+    assert_eq!(
+        codes,
+        [
+            "model_mismatch",
+            "memory_below_package",
+            "model_mismatch",
+            "memory_below_package"
+        ]
+    );
+    assert_eq!(
+        finding(&v, "model_mismatch")["figures"]["found"],
+        "NVIDIA H200"
+    );
+}
+
+#[test]
+fn a_throttled_clock_is_warned() {
+    let mut vars = H200_PAIR.to_vec();
+    vars.extend([
+        ("STUB_NVML_THROTTLE", "0,0x8"),
+        ("STUB_NVML_SM_CLOCK", "1980,1100"),
+    ]);
+    let v = lot(&["--device", "cuda:0,1"], &vars);
+    assert_eq!(v["requested_device"], "cuda:0,1");
+    assert_eq!(
+        findings(&v),
+        [("clock_throttled".to_string(), Some("cuda:1".to_string()))]
+    );
+    let f = finding(&v, "clock_throttled");
+    assert_eq!(f["figures"]["reasons"][0], "hw_slowdown");
+    assert_eq!(f["figures"]["sm_clock_mhz"], 1100);
+    assert_eq!(f["figures"]["max_sm_clock_mhz"], 1980);
+}
+
+#[test]
+fn a_neighbour_process_holding_memory_is_warned() {
+    let mut vars = H200_PAIR.to_vec();
+    vars.push(("STUB_NVML_PROCS", "0:4242:8589934592"));
+    let v = lot(&["--device", "all"], &vars);
+    assert_eq!(
+        findings(&v),
+        [("other_processes".to_string(), Some("cuda:0".to_string()))]
+    );
+    let f = finding(&v, "other_processes");
+    assert_eq!(f["figures"]["used_bytes"], 8_589_934_592u64);
+    assert_eq!(f["figures"]["processes"][0]["pid"], 4242);
+    // The one-GPU report lists the process too.
+    let one = lot(&["--device", "cuda:0"], &vars);
+    assert_eq!(
+        one["details"]["gpu"]["nvml"]["other_processes"][0]["pid"],
+        4242
+    );
+}
+
+#[test]
+fn memory_faults_mig_links_and_peers_are_named() {
+    let mut vars = H200_PAIR.to_vec();
+    vars.extend([
+        ("STUB_NVML_ECC", "0,3"),
+        ("STUB_NVML_REMAP", "0:0:0,1:1:0"),
+        ("STUB_NVML_RETIRED_PENDING", "1,0"),
+        ("STUB_NVML_MIG_MODE", "0,1"),
+        ("STUB_NVML_PERSISTENCE", "0"),
+        ("STUB_NVML_NVLINK", "18,12"),
+        ("STUB_NO_PEER", "0>1,1>0"),
+    ]);
+    let v = lot(&["--device", "all"], &vars);
+    let f = findings(&v);
+    let has =
+        |code: &str, dev: Option<&str>| f.contains(&(code.to_string(), dev.map(str::to_string)));
+    assert!(has("retired_pages_pending", Some("cuda:0")), "{f:?}");
+    assert!(has("ecc_uncorrected_errors", Some("cuda:1")), "{f:?}");
+    assert!(has("row_remap_pending", Some("cuda:1")), "{f:?}");
+    assert!(has("mig_enabled", Some("cuda:1")), "{f:?}");
+    assert!(has("nvlink_links_down", Some("cuda:1")), "{f:?}");
+    assert!(has("no_peer_access", None), "{f:?}");
+    assert!(has("persistence_off", Some("cuda:0")) && has("persistence_off", Some("cuda:1")));
+    assert_eq!(
+        finding(&v, "ecc_uncorrected_errors")["figures"]["uncorrected_volatile"],
+        3
+    );
+    assert_eq!(
+        finding(&v, "nvlink_links_down")["figures"]["active_links"],
+        12
+    );
+    // Warnings come before notes.
+    let last_warning = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rposition(|x| x["severity"] == "warning")
+        .unwrap();
+    let first_note = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|x| x["severity"] == "note")
+        .unwrap();
+    assert!(last_warning < first_note);
+}
+
+#[test]
+fn the_lot_text_report_has_one_block_per_gpu_and_the_warnings() {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2"]).nvml().cublas("");
+    let out = iteragpu(libs.path())
+        .env("STUB_DEVICE_COUNT", "2")
+        .env("STUB_NAMES", "NVIDIA B200,NVIDIA B200")
+        .env("STUB_TOTAL_BYTES", "191503138816")
+        .env("STUB_FREE_BYTES", "190000000000")
+        .env("STUB_NVML_PCIE", "5x16,3x8")
+        .env("STUB_NVML_PCIE_MAX", "5x16")
+        .args(["environment", "--package", "b200:7:2"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(text.contains("lot: all (2 GPU(s) visible)"), "{text}");
+    assert!(
+        text.contains(
+            "package: b200:7:2 promises 4 x NVIDIA B200 (2 per lot x 2 lot(s), 182631 MiB each)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("\n== cuda:0\ndevice: cuda:0 (backend cuda)\nusable: yes\n"),
+        "{text}"
+    );
+    assert!(text.contains("\n== cuda:1\n"), "{text}");
+    assert!(text.contains("  cuda:0 -> cuda:1  yes\n"), "{text}");
+    assert!(
+        text.contains("lot checks: 2 warning(s), 0 note(s) (datasheet table: embedded)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  WARNING gpu_missing: the package b200:7:2 promises 4 GPU(s)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("  WARNING pcie_link_degraded: cuda:1 runs its PCIe link at Gen3 x8"),
+        "{text}"
+    );
+}
+
+#[test]
+fn without_a_driver_the_lot_report_says_why_and_warns_the_package() {
+    if system_has_driver() {
+        return;
+    }
+    let libs = StubDir::new();
+    let v = json_report(iteragpu(libs.path()).args(["environment", "--package", "h200:3:1"]));
+    assert_eq!(v["usable"], false);
+    assert!(
+        v["problem"]
+            .as_str()
+            .unwrap()
+            .starts_with("no NVIDIA driver was found")
+    );
+    assert!(v["visible_devices"].is_null());
+    assert_eq!(findings(&v), [("gpu_missing".to_string(), None)]);
+}
+
+#[test]
+fn package_and_device_mistakes_are_usage_errors() {
+    let libs = StubDir::new();
+    iteragpu(libs.path())
+        .args(["environment", "--device", "cuda:0", "--package", "b200:7:1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--package checks a whole lot"));
+    iteragpu(libs.path())
+        .args(["environment", "--package", "b300:7:1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("unknown GPU `b300`"));
+    iteragpu(libs.path())
+        .args(["environment", "--package", "b200:5:1"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("days must be 3, 7 or 30"));
+    iteragpu(libs.path())
+        .args(["environment", "--device", "cuda:0,0"])
+        .assert()
+        .code(2);
+}

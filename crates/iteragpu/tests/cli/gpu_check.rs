@@ -59,7 +59,15 @@ fn the_gpu_check_rehearses_on_the_cpu_and_judges_every_case() {
         summary.contains("cold_forward[0]  peak_reserved_bytes"),
         "{summary}"
     );
+    // The probe ran within the budget: the CPU's host copies, labelled, in the summary.
+    assert!(
+        summary.contains("CPU REFERENCE DEVICE: host copies only, not a GPU figure"),
+        "{summary}"
+    );
+    assert!(summary.contains("   cpu      host_memcpy "), "{summary}");
+    assert!(summary.contains("   probe complete"), "{summary}");
     let log = std::fs::read_to_string(out_dir.path().join("gpu-check.log")).unwrap();
+    assert!(log.contains("probe --device cpu --seconds 2"), "{log}");
     assert!(log.contains("refused with exit 2, as expected"), "{log}");
     assert!(log.contains("gpu-check: all steps passed"), "{log}");
 }
@@ -228,4 +236,67 @@ fn the_judge_holds_each_case_to_its_expectations() {
         "{}",
         text(&unmet)
     );
+}
+
+/// The judge prints every probe figure against the datasheet as the document has it (a stub
+/// H200 pair's probe), without changing the verdict.
+#[test]
+fn the_judge_prints_the_probes_percentages_of_the_datasheet() {
+    use crate::stubs::{StubDir, iteragpu};
+    let work = case_folder();
+    let libs = StubDir::new();
+    libs.driver(&["FULL", "WITH_V2", "MEMORY_BUDGET=(1UL<<40)"])
+        .nvml()
+        .cublas_with("", &["RECORD"], &["RECORD"]);
+    let probe = work.path().join("probe.json");
+    iteragpu(libs.path())
+        .env("STUB_DEVICE_COUNT", "2")
+        .env("STUB_NAMES", "NVIDIA H200,NVIDIA H200")
+        .env("STUB_EVENT_MS", "1.0,4.0")
+        .env("STUB_NVML_PCIE_MAX", "5x16")
+        .args(["probe", "--device", "all", "--seconds", "2"])
+        .args(["--copy-bytes", "1MiB", "--gemm-size", "64", "--output"])
+        .arg(&probe)
+        .assert()
+        .success();
+    let doc: Value = serde_json::from_slice(&std::fs::read(&probe).unwrap()).unwrap();
+    let out = judge(work.path());
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("== probe all: 2.0 s per GPU"), "{printed}");
+    let mut judged = 0;
+    for d in doc["devices"].as_array().unwrap() {
+        for f in d["copies"].as_array().unwrap() {
+            if let Some(r) = f["reference"].as_object() {
+                let want = format!(
+                    "   {:<8} {:<30} {:>9.1} GB/s {:>9.1} GB/s {:>7.1}%",
+                    d["device"].as_str().unwrap(),
+                    f["kind"].as_str().unwrap(),
+                    f["gb_per_s"].as_f64().unwrap(),
+                    r["value"].as_f64().unwrap(),
+                    r["percent"].as_f64().unwrap()
+                );
+                assert!(printed.contains(&want), "{want:?} not in {printed}");
+                judged += 1;
+            }
+        }
+        let bf16 = d["gemms"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["kind"] == "bfloat16")
+            .unwrap();
+        let pct = format!("{:.1}%", bf16["reference"]["percent"].as_f64().unwrap());
+        let line = printed
+            .lines()
+            .find(|l| l.contains(d["device"].as_str().unwrap()) && l.contains("bfloat16 64x64x64"))
+            .unwrap_or_else(|| panic!("no bfloat16 line in {printed}"));
+        assert!(line.contains(&pct) && line.contains("TF/s"), "{line}");
+    }
+    assert_eq!(judged, 6, "{printed}");
+    assert!(
+        printed.contains("   WARNING lot_outlier: cuda:1"),
+        "{printed}"
+    );
+    assert!(printed.contains("verdict: all 1 case(s) SAME"), "{printed}");
 }

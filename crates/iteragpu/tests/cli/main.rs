@@ -9,6 +9,7 @@ mod kill_loop;
 mod kit;
 mod ledger;
 mod price;
+mod probe;
 mod report;
 mod sweep;
 

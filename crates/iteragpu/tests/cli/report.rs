@@ -40,6 +40,21 @@ fn runs(dir: &Path) {
             .assert()
             .success();
     }
+    // The host-side probe of the CPU reference device.
+    iteragpu()
+        .current_dir(dir)
+        .args([
+            "probe",
+            "--device",
+            "cpu",
+            "--seconds",
+            "1",
+            "--copy-bytes",
+            "1MiB",
+        ])
+        .args(["--output", "p.json"])
+        .assert()
+        .success();
 }
 
 #[test]
@@ -141,7 +156,7 @@ fn refusals() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains(
-            "x.json is not a measurement document (its schema is \"iteragpu.environment/1\")",
+            "x.json is not a measurement document (its schema is \"iteragpu.environment/1\"); give files written by `iteragpu measure` or `iteragpu probe`",
         ));
     std::fs::create_dir(dir.path().join("empty")).unwrap();
     iteragpu()
@@ -266,7 +281,9 @@ fn chromium_renders_every_chart_without_a_console_error() {
     runs(dir.path());
     iteragpu()
         .current_dir(dir.path())
-        .args(["report", "sweep", "a.json", "b.json", "--output", "r.html"])
+        .args([
+            "report", "sweep", "a.json", "b.json", "p.json", "--output", "r.html",
+        ])
         .assert()
         .success();
     let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
@@ -320,7 +337,8 @@ fn chromium_renders_every_chart_without_a_console_error() {
             "phase-time",
             "phase-memory",
             "phase-time",
-            "phase-memory"
+            "phase-memory",
+            "probe-copies"
         ]
     );
     for c in charts {
@@ -365,6 +383,92 @@ fn chromium_renders_every_chart_without_a_console_error() {
     let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000);
     eprintln!("screenshot: {}", shot.display());
+}
+
+/// Per-GPU bars against the datasheet line: a stub H200 pair's probe (whose second GPU is four
+/// times slower) beside a measurement, and the CPU probe labelled as host figures only.
+#[test]
+fn probe_documents_are_drawn_beside_measurements() {
+    use crate::stubs::{StubDir, iteragpu as with_stubs};
+    let dir = tempfile::tempdir().unwrap();
+    runs(dir.path());
+    let libs = StubDir::new();
+    libs.driver(&["FULL", "WITH_V2", "MEMORY_BUDGET=(1UL<<40)"])
+        .nvml()
+        .cublas_with("", &["RECORD"], &["RECORD"]);
+    with_stubs(libs.path())
+        .current_dir(dir.path())
+        .env("STUB_DEVICE_COUNT", "2")
+        .env("STUB_NAMES", "NVIDIA H200,NVIDIA H200")
+        .env("STUB_EVENT_MS", "1.0,4.0")
+        .env("STUB_NVML_PCIE_MAX", "5x16")
+        .args(["probe", "--device", "all", "--seconds", "2"])
+        .args([
+            "--copy-bytes",
+            "1MiB",
+            "--gemm-size",
+            "64",
+            "--output",
+            "lot.json",
+        ])
+        .assert()
+        .success();
+    let lot: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("lot.json")).unwrap()).unwrap();
+    let out = iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "report", "a.json", "lot.json", "p.json", "--output", "r.html", "--json",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let written: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (&written["runs"], &written["probes"]),
+        (&Value::from(1), &Value::from(2))
+    );
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    assert!(html.contains("<section id=\"runs\">") && html.contains("<section id=\"probes\">"));
+    // Copies and products for the lot, copies only for the CPU.
+    assert_eq!(html.matches("data-chart=\"probe-copies\"").count(), 2);
+    assert_eq!(html.matches("data-chart=\"probe-gemms\"").count(), 1);
+    let lot_card = &html[html.find("<h3>lot.json</h3>").unwrap()..];
+    let lot_card = &lot_card[..lot_card.find("</article>").unwrap()];
+    for name in [
+        "cuda:0 (NVIDIA H200)",
+        "cuda:1 (NVIDIA H200)",
+        "datasheet figure",
+    ] {
+        assert!(lot_card.contains(name), "{name} missing");
+    }
+    // Every measured figure's percentage of the datasheet is in the table, as the document says.
+    let mut judged = 0;
+    for d in lot["devices"].as_array().unwrap() {
+        for f in d["copies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .chain(d["gemms"].as_array().unwrap())
+        {
+            if let Some(p) = f["reference"]["percent"].as_f64() {
+                let cell = format!("{p:.1}%</td>");
+                assert!(lot_card.contains(&cell), "{cell} missing for {f}");
+                judged += 1;
+            }
+        }
+    }
+    assert!(judged >= 8, "{judged} judged figures");
+    // The slower GPU is the lot's outlier, named with its figures.
+    assert!(
+        lot_card.contains("<li class=\"bad\">lot_outlier: cuda:1"),
+        "{lot_card}"
+    );
+    let cpu_card = &html[html.find("<h3>p.json</h3>").unwrap()..];
+    assert!(cpu_card.contains("host memcpy bandwidth only, not a GPU figure"));
+    assert!(cpu_card.contains("<td>host memcpy (CPU)</td>"));
 }
 
 /// Issue 11, item 15: a sweep's documents are read only by plain file names inside its folder:

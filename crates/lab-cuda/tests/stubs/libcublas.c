@@ -68,6 +68,7 @@ int cublasLtMatmulDescSetAttribute(struct desc *d, int attr, const void *buf, si
     case 4: d->transb = (int)v; break;
     case 7: d->epilogue = (unsigned)v; break;
     case 8: d->bias = (const void *)(unsigned long)v; break;
+    case 25: break; /* CUBLASLT_MATMUL_DESC_FAST_ACCUM (FP8 products) */
     default: return 7;
     }
     return 0;

@@ -16,7 +16,23 @@
  *   EXECUTE         (with HOSTMEM) launches run the kernels on the host, as kernels/lab.cu defines
  *                   them (seeded inputs, exact GELU in float32, for the three dtypes), so a whole
  *                   measurement runs and its numerical check means something
+ *
+ * Several GPUs, chosen at run time by environment variables so that each test picks its scenario
+ * (lists are comma-separated, one item per physical device; a shorter list repeats its last item):
+ *   STUB_DEVICE_COUNT  devices seen (overrides DEVICE_COUNT; the NVML stub reads it too)
+ *   STUB_CUDA_ORDER    the physical device of each CUDA ordinal (as CUDA_VISIBLE_DEVICES reorders
+ *                      them), e.g. 1,0; physical device i has the UUID ...e7f8 + i
+ *   STUB_NAMES         device names (default "Stub GPU")
+ *   STUB_TOTAL_BYTES   total memory per device; STUB_FREE_BYTES what cuMemGetInfo calls free
+ *   STUB_CC            compute capability per device, MAJOR.MINOR (default CC_MAJOR.CC_MINOR)
+ *   STUB_NO_PEER       ordinal pairs without peer access, FROM>TO (e.g. 0>1,1>0)
+ *   STUB_EVENT_MS      (with FULL) the milliseconds every timed interval takes on each device, so
+ *                      a test knows the bandwidth and throughput the probe must compute
+ * With FULL the probe's calls are there too: pinned host memory (malloc), device-to-device and
+ * peer copies (nothing is copied unless HOSTMEM), peer access.
  */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifndef INIT_RESULT
@@ -38,6 +54,51 @@
 static int initialised = 0;
 static const unsigned char uuid[16] = {0x6f, 0x1a, 0x2b, 0x3c, 0x4d, 0x5e, 0x6f, 0x70,
                                        0x81, 0x92, 0xa3, 0xb4, 0xc5, 0xd6, 0xe7, 0xf8};
+/* The physical device of the current context. */
+static __thread int current = 0;
+
+/* Item `i` of the comma-separated list in `name` (its last item when shorter); 0 if unset. */
+static int item(const char *name, int i, char *out, size_t len) {
+    const char *v = getenv(name);
+    const char *start, *comma;
+    int k = 0;
+    size_t n;
+    if (!v || !*v) return 0;
+    start = v;
+    for (;;) {
+        comma = strchr(start, ',');
+        if (k == i || !comma) break;
+        start = comma + 1;
+        k++;
+    }
+    n = comma ? (size_t)(comma - start) : strlen(start);
+    if (n >= len) n = len - 1;
+    memcpy(out, start, n);
+    out[n] = 0;
+    return 1;
+}
+static int device_count(void) {
+    const char *v = getenv("STUB_DEVICE_COUNT");
+    return v ? atoi(v) : DEVICE_COUNT;
+}
+static int physical(int ordinal) {
+    char buf[16];
+    return item("STUB_CUDA_ORDER", ordinal, buf, sizeof buf) ? atoi(buf) : ordinal;
+}
+static unsigned long bytes_of(const char *name, int dev, unsigned long fallback) {
+    char buf[32];
+    return item(name, dev, buf, sizeof buf) ? strtoul(buf, NULL, 0) : fallback;
+}
+static void uuid_of(int dev, unsigned char *out) {
+    memcpy(out, uuid, 16);
+    out[15] = (unsigned char)(uuid[15] + dev);
+}
+static int cc(int dev, int minor) {
+    char buf[16];
+    int major_v = CC_MAJOR, minor_v = CC_MINOR;
+    if (item("STUB_CC", dev, buf, sizeof buf)) sscanf(buf, "%d.%d", &major_v, &minor_v);
+    return minor ? minor_v : major_v;
+}
 
 int cuDriverGetVersion(int *v) { *v = DRIVER_VERSION; return 0; }
 int cuInit(unsigned flags) { (void)flags; if (INIT_RESULT == 0) initialised = 1; return INIT_RESULT; }
@@ -49,11 +110,31 @@ int cuGetErrorName(int code, const char **s) {
     default: return 1;
     }
 }
-int cuDeviceGetCount(int *n) { if (!initialised) return 3; *n = DEVICE_COUNT; return 0; }
-int cuDeviceGet(int *d, int ordinal) { if (ordinal >= DEVICE_COUNT) return 101; *d = ordinal; return 0; }
-int cuDeviceGetName(char *name, int len, int dev) { (void)dev; strncpy(name, "Stub GPU", len); return 0; }
+int cuDeviceGetCount(int *n) { if (!initialised) return 3; *n = device_count(); return 0; }
+int cuDeviceGet(int *d, int ordinal) {
+    if (ordinal >= device_count()) return 101;
+    *d = physical(ordinal);
+    return 0;
+}
+int cuDeviceGetName(char *name, int len, int dev) {
+    char buf[128];
+    strncpy(name, item("STUB_NAMES", dev, buf, sizeof buf) ? buf : "Stub GPU", len);
+    return 0;
+}
+/* Ordinal pairs named in STUB_NO_PEER cannot reach each other; every other pair can. */
+int cuDeviceCanAccessPeer(int *can, int dev, int peer) {
+    const char *v = getenv("STUB_NO_PEER");
+    const char *p = v;
+    int a, b;
+    *can = dev != peer;
+    while (p && *p) {
+        if (sscanf(p, "%d>%d", &a, &b) == 2 && physical(a) == dev && physical(b) == peer) *can = 0;
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    return 0;
+}
 int cuDeviceGetAttribute(int *v, int attr, int dev) {
-    (void)dev;
     switch (attr) {
     case 16: *v = 132; return 0;            /* MULTIPROCESSOR_COUNT */
     case 32: *v = 1; return 0;              /* ECC_ENABLED */
@@ -62,26 +143,40 @@ int cuDeviceGetAttribute(int *v, int attr, int dev) {
     case 50: *v = 0; return 0;              /* PCI_DOMAIN_ID */
     case 38: *v = 50 * 1024 * 1024; return 0; /* L2_CACHE_SIZE */
     case 37: *v = 6144; return 0;           /* GLOBAL_MEMORY_BUS_WIDTH */
-    case 75: *v = CC_MAJOR; return 0;
-    case 76: *v = CC_MINOR; return 0;
+    case 75: *v = cc(dev, 0); return 0;
+    case 76: *v = cc(dev, 1); return 0;
     default: return 1;
     }
 }
-int cuDeviceTotalMem_v2(unsigned long *bytes, int dev) { (void)dev; *bytes = 150754820096UL; return 0; }
-int cuDeviceGetUuid(unsigned char *out, int dev) { (void)dev; memcpy(out, uuid, 16); return 0; }
-int cuDevicePrimaryCtxRetain(void **ctx, int dev) { (void)dev; *ctx = (void *)0x1; return 0; }
+int cuDeviceTotalMem_v2(unsigned long *bytes, int dev) {
+    *bytes = bytes_of("STUB_TOTAL_BYTES", dev, 150754820096UL);
+    return 0;
+}
+int cuDeviceGetUuid(unsigned char *out, int dev) { uuid_of(dev, out); return 0; }
+/* A device's primary context is its index + 1. */
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)(unsigned long)(dev + 1); return 0; }
 #if !(defined(FULL) && defined(HOSTMEM))
 int cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return 0; }
 #endif
-int cuCtxSetCurrent(void *ctx) { (void)ctx; return 0; }
+int cuCtxSetCurrent(void *ctx) {
+    if (ctx) current = (int)(unsigned long)ctx - 1;
+    return 0;
+}
 #ifndef OMIT_MEMGETINFO
 int cuMemGetInfo_v2(unsigned long *free_bytes, unsigned long *total) {
-    *free_bytes = 149000000000UL; *total = 150754820096UL; return 0;
+    *free_bytes = bytes_of("STUB_FREE_BYTES", current, 149000000000UL);
+    *total = bytes_of("STUB_TOTAL_BYTES", current, 150754820096UL);
+    return 0;
 }
 #endif
+/* STUB_EVENT_MS of the current device, else 1.5 ms. */
+static float event_ms(void) {
+    char buf[32];
+    return item("STUB_EVENT_MS", current, buf, sizeof buf) ? strtof(buf, NULL) : 1.5f;
+}
 #ifdef WITH_V2
-int cuDeviceGetUuid_v2(unsigned char *out, int dev) { (void)dev; memcpy(out, uuid, 16); return 0; }
-int cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }
+int cuDeviceGetUuid_v2(unsigned char *out, int dev) { uuid_of(dev, out); return 0; }
+int cuEventElapsedTime_v2(float *ms, void *a, void *b) { (void)a; (void)b; *ms = event_ms(); return 0; }
 #endif
 
 #ifdef FULL
@@ -248,7 +343,7 @@ OK(cuStreamSynchronize)
 OK(cuModuleUnload)
 OK(cuEventSynchronize)
 OK(cuEventDestroy_v2)
-int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 1.5f; return 0; }
+int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = event_ms(); return 0; }
 #else
 int cuEventElapsedTime(float *ms, void *a, void *b) { (void)a; (void)b; *ms = 0; return 999; }
 /* Present so the symbol table resolves; the tests never get this far (they return
@@ -271,3 +366,26 @@ UNUSED(cuEventRecord)
 UNUSED(cuEventSynchronize)
 UNUSED(cuEventDestroy_v2)
 #endif
+/* The probe's and the lot report's calls, present with or without FULL as in a real driver:
+ * pinned host memory is ordinary host memory here; device-to-device and peer copies copy only
+ * when device memory is host memory (HOSTMEM). */
+int cuMemAllocHost_v2(void **p, unsigned long bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? 0 : 2;
+}
+int cuMemFreeHost(void *p) { free(p); return 0; }
+int cuMemcpyDtoDAsync_v2(unsigned long dst, unsigned long src, unsigned long n, void *stream) {
+    (void)stream;
+#ifdef HOSTMEM
+    memcpy((void *)dst, (const void *)src, n);
+#else
+    (void)dst; (void)src; (void)n;
+#endif
+    return 0;
+}
+int cuMemcpyPeerAsync(unsigned long dst, void *dst_ctx, unsigned long src, void *src_ctx,
+                      unsigned long n, void *stream) {
+    (void)dst_ctx; (void)src_ctx;
+    return cuMemcpyDtoDAsync_v2(dst, src, n, stream);
+}
+int cuCtxEnablePeerAccess(void *peer, unsigned flags) { (void)peer; (void)flags; return 0; }

@@ -72,16 +72,7 @@ impl MeasurementDocument {
 
 /// The median (the mean of the middle two for an even count); `None` for no values.
 pub fn median(values: &mut [f64]) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_by(f64::total_cmp);
-    let n = values.len();
-    Some(if n % 2 == 1 {
-        values[n / 2]
-    } else {
-        (values[n / 2 - 1] + values[n / 2]) / 2.0
-    })
+    crate::stats::median(values)
 }
 
 /// The options of the run.

@@ -1,0 +1,101 @@
+//! `probe --device cpu`: the host side only. It times copies of host memory into host memory
+//! (`memcpy`, one thread) with the host's monotonic clock, through the same bounded sampling loop
+//! and statistics as a GPU probe, so the document, its schema and the report can be checked on
+//! any machine. It is labelled as what it is: a host figure, never a GPU's, with no datasheet to
+//! compare it with.
+
+use super::timing::{Clock, Monotonic, SamplePlan, sample, slice};
+use super::{CopyFigure, CopyKind, DeviceProbe, FigureStatus};
+use crate::environment::Environment;
+
+/// Probes host memcpy bandwidth with `copy_bytes` buffers for at most `seconds`.
+pub fn probe(
+    environment: Environment,
+    copy_bytes: u64,
+    seconds: f64,
+    plan: &SamplePlan,
+) -> DeviceProbe {
+    let setup = Monotonic::start();
+    let mut figure = CopyFigure::new(CopyKind::HostMemcpy, "host", "host", copy_bytes);
+    let mut error = None;
+    match usize::try_from(copy_bytes) {
+        Ok(len) => {
+            // Every page written first (not zeroed lazily by the OS), so the timed copies do not
+            // include page faults; the budget starts once the buffers are ready.
+            let src = vec![0xa5u8; len];
+            let mut dst = vec![0x5au8; len];
+            let clock = Monotonic::start();
+            let deadline = seconds;
+            let result = sample::<std::convert::Infallible>(
+                &clock,
+                deadline,
+                slice(deadline - clock.now(), 1),
+                plan,
+                || {
+                    let t = Monotonic::start();
+                    dst.copy_from_slice(&src);
+                    std::hint::black_box(&mut dst);
+                    Ok(t.now())
+                },
+            );
+            let Ok(sampled) = result;
+            if sampled.samples.is_empty() {
+                figure.give_up(
+                    FigureStatus::Skipped,
+                    format!("the {seconds} s budget was spent before a timed copy"),
+                );
+            } else {
+                figure.record(&sampled.samples);
+                figure.note = Some(
+                    "CPU reference device: host memory to host memory on one thread, timed with the host clock; not a GPU figure and not compared with any datasheet"
+                        .to_string(),
+                );
+            }
+        }
+        Err(_) => {
+            let message = format!("{copy_bytes} bytes do not fit in this machine's address space");
+            figure.give_up(FigureStatus::Failed, message.clone());
+            error = Some(message);
+        }
+    }
+    DeviceProbe {
+        device: "cpu".to_string(),
+        environment,
+        facts: None,
+        datasheet: None,
+        copies: vec![figure],
+        gemms: Vec::new(),
+        pcie_after_copies: None,
+        elapsed_seconds: setup.now(),
+        error,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tool::ToolInfo;
+
+    #[test]
+    fn the_host_copy_is_measured_and_labelled() {
+        let env = crate::cpu::environment(ToolInfo::new(None));
+        let d = probe(env, 1 << 20, 2.0, &SamplePlan::new(3, 10));
+        let c = &d.copies[0];
+        assert_eq!(c.kind, CopyKind::HostMemcpy);
+        assert_eq!(c.status, FigureStatus::Measured);
+        let s = c.seconds.unwrap();
+        assert!(s.samples >= 3 && s.samples <= 10);
+        assert!(c.gb_per_s.unwrap() > 0.0);
+        assert!(c.note.as_deref().unwrap().contains("not a GPU figure"));
+        assert!(c.reference.is_none());
+        assert!(d.elapsed_seconds < 10.0);
+    }
+
+    #[test]
+    fn a_spent_budget_skips_with_a_reason() {
+        let env = crate::cpu::environment(ToolInfo::new(None));
+        let d = probe(env, 1 << 10, 0.0, &SamplePlan::new(3, 10));
+        assert_eq!(d.copies[0].status, FigureStatus::Skipped);
+        assert!(d.copies[0].note.as_deref().unwrap().contains("budget"));
+    }
+}
