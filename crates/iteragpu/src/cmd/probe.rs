@@ -46,7 +46,8 @@ labelled host figure that lets the document and the report be checked without a 
 The run takes at most --seconds per GPU (one GPU after the other; with --concurrent all at
 once), plus the set-up; with two GPUs or more a fifth of it goes to the peer copies. The output
 file must not exist; it is written whole or not at all. Exit codes: 0 every figure measured (or
-skipped for a stated reason), 1 a figure failed (the file is still written), 2 bad options, an
+skipped for a stated reason) and at least one measured per device, 1 a figure failed or a device
+measured nothing (the file is still written), 2 bad options, an
 existing --output, or no usable GPU (nothing is written).")]
 pub struct Args {
     /// `all` (every GPU), a list such as `cuda:0,1`, one `cuda:N`, or `cpu` (host memcpy only).

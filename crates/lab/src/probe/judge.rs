@@ -245,9 +245,36 @@ pub fn judge(doc: &mut ProbeDocument, datasheet: &Datasheet, lot_findings: Vec<F
         .any(|s| s == FigureStatus::Failed);
     let device_error = doc.devices.iter().find_map(|d| d.error.clone());
     if doc.error.is_none() {
-        doc.error = device_error;
+        doc.error = device_error.or_else(|| nothing_measured(doc));
     }
     doc.complete = !failed && doc.error.is_none();
+}
+
+/// A device that planned figures but measured none (every one skipped, typically because the
+/// time budget ran out while its buffers were being filled) has told the renter nothing: the
+/// probe must not pass for complete then, or a script reading the exit code would take silence
+/// for a healthy card.
+fn nothing_measured(doc: &ProbeDocument) -> Option<String> {
+    doc.devices.iter().find_map(|d| {
+        let statuses: Vec<(FigureStatus, Option<&str>)> = d
+            .copies
+            .iter()
+            .map(|c| (c.status, c.note.as_deref()))
+            .chain(d.gemms.iter().map(|g| (g.status, g.note.as_deref())))
+            .collect();
+        if statuses.is_empty() || statuses.iter().any(|(s, _)| *s == FigureStatus::Measured) {
+            return None;
+        }
+        let why = statuses
+            .iter()
+            .find_map(|(_, note)| *note)
+            .unwrap_or("no reason recorded");
+        Some(format!(
+            "{}: nothing was measured, all {} planned figures were skipped (the first: {why}); give it more --seconds or smaller sizes",
+            d.device,
+            statuses.len()
+        ))
+    })
 }
 
 fn is_copy(figure: &str) -> bool {
@@ -464,6 +491,31 @@ mod tests {
                 .message
                 .contains("400.0 TFLOP/s is 40% of the dense datasheet peak 989.4")
         );
+    }
+
+    #[test]
+    fn a_device_with_every_figure_skipped_makes_it_incomplete() {
+        let mut dev = h200("cuda:0", at(55.0), at(2000.0), bf16_at(790.0));
+        for c in &mut dev.copies {
+            c.give_up(FigureStatus::Skipped, "the time budget ran out".into());
+        }
+        for g in &mut dev.gemms {
+            g.give_up(FigureStatus::Skipped, "the time budget ran out".into());
+        }
+        let mut d = doc(vec![dev]);
+        judge(&mut d, &Datasheet::embedded(), vec![]);
+        assert!(!d.complete);
+        let e = d.error.expect("an error naming the silent device");
+        assert!(
+            e.starts_with("cuda:0: nothing was measured") && e.contains("time budget ran out"),
+            "{e}"
+        );
+        // One measured figure is enough: skipping the rest for a stated reason stays complete.
+        let mut dev = h200("cuda:0", at(55.0), at(2000.0), bf16_at(790.0));
+        dev.gemms[0].give_up(FigureStatus::Skipped, "no FP8 on this card".into());
+        let mut d = doc(vec![dev]);
+        judge(&mut d, &Datasheet::embedded(), vec![]);
+        assert!(d.complete && d.error.is_none());
     }
 
     #[test]
