@@ -40,6 +40,10 @@ pub enum Command {
     Sweep(crate::cmd::sweep::Args),
     /// Turn measurement documents and sweep folders into one self-contained HTML report.
     Report(crate::cmd::report::Args),
+    /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
+    Completions(crate::cmd::completions::Args),
+    /// Print the manual page (roff) of iteragpu or of one of its commands.
+    Man(crate::cmd::man::Args),
 }
 
 #[cfg(test)]

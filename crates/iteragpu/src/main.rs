@@ -12,7 +12,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse();
+    exit::set_json_errors(exit::json_requested(std::env::args_os()));
+    let cli = match cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return exit::clap_error(&err),
+    };
     match cmd::run(cli) {
         Ok(code) => code,
         Err(err) => exit::report(&err),

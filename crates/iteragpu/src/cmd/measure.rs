@@ -256,12 +256,15 @@ fn finish(args: &Args, doc: &MeasurementDocument) -> anyhow::Result<ExitCode> {
         output::print_text(&crate::summary::measurement(doc, &args.output))?;
     }
     if let Some(err) = &doc.error {
-        eprintln!(
-            "iteragpu: error: the run is incomplete: {} ({} kept in {})",
-            err.message,
-            plural(doc.phases.len(), "finished phase row"),
-            args.output.display()
-        );
+        return Ok(crate::exit::fail(
+            &format!(
+                "the run is incomplete: {} ({} kept in {})",
+                err.message,
+                plural(doc.phases.len(), "finished phase row"),
+                args.output.display()
+            ),
+            1,
+        ));
     }
     Ok(if doc.complete {
         ExitCode::SUCCESS

@@ -1,9 +1,11 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
+pub mod completions;
 pub mod cost;
 pub mod environment;
 pub mod estimate;
 pub mod kit;
+pub mod man;
 pub mod measure;
 pub mod price;
 pub mod protocol;
@@ -30,5 +32,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Cost(args) => cost::run(args),
         Command::Sweep(args) => sweep::run(args),
         Command::Report(args) => report::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }

@@ -1,9 +1,12 @@
 //! End-to-end tests of the `iteragpu` binary: one module per command.
 
+mod completions;
 mod environment;
+mod errors;
 mod estimate;
 mod kit;
 mod ledger;
+mod man;
 mod price;
 mod report;
 mod sweep;
