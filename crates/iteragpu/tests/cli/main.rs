@@ -5,6 +5,7 @@ mod environment;
 mod errors;
 mod estimate;
 mod kit;
+mod lab_sh;
 mod ledger;
 mod man;
 mod price;
