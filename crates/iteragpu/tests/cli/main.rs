@@ -9,6 +9,7 @@ mod lab_sh;
 mod ledger;
 mod man;
 mod price;
+mod readme;
 mod report;
 mod sweep;
 
