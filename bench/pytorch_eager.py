@@ -17,7 +17,13 @@ Mirrors crates/lab/src/measure/runner.rs step for step:
   read and freed after the row; in warmup each pass's output is released only once the next
   pass's output exists (`y = model(x)` in a loop). The last warm_forward output is kept for the
   numerical check, then freed.
-- The document has the field names of `iteragpu measure --output`.
+- The document has the field names of `iteragpu measure --output`, `configuration.memory_policy`
+  included: the workspace sizes this torch allocates on the first product, by its own rules
+  (CublasHandlePool.cpp) from this GPU's compute capability and the CUBLAS_WORKSPACE_CONFIG,
+  CUBLASLT_WORKSPACE_SIZE and TORCH_CUBLASLT_UNIFIED_WORKSPACE it runs with, so scripts/gpu-check.sh
+  can tell a policy difference from a counter difference.
+- `check` is PyTorch's own numerical check: its output against a float64 recomputation of its
+  own weights and inputs, with iteragpu's bound for the dtype.
 
 Differences, on purpose and stated: weights come from torch's own generator (same bounds,
 different values) and inputs from a seeded `uniform_(-1, 1)` on the device, so values differ from
@@ -34,6 +40,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import sys
 import time
 
@@ -100,6 +107,47 @@ def sample_rows(rows, width, hidden):
     return out
 
 
+def truthy(value):
+    """c10::utils::check_env: "1", "true", "TRUE", ... are true."""
+    return value is not None and value.strip().lower() in ("1", "true", "yes", "on", "y")
+
+
+def memory_policy(torch, props):
+    """The workspaces this torch allocates through its caching allocator on the first product,
+    by the rules of aten/src/ATen/cuda/CublasHandlePool.cpp (parseChosenWorkspaceSize,
+    parseCUDABlasLtWorkspaceSize, getCUDABlasLtWorkspace), for this GPU and environment."""
+    sm90 = props.major == 9 and props.minor == 0
+    default = 4096 * 8 * 1024 if sm90 else 4096 * 1024 * 2 + 16 * 1024 * 8
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    cublas = default
+    if config:
+        pairs = re.findall(r":([0-9]+):([0-9]+)", config)
+        if pairs:
+            cublas = sum(int(size) * 1024 * int(count) for size, count in pairs)
+    lt = 1024 * 1024
+    try:
+        lt = int(os.environ["CUBLASLT_WORKSPACE_SIZE"]) * 1024
+    except (KeyError, ValueError):
+        pass
+    unified = truthy(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
+    if unified:
+        lt = min(lt, cublas)
+    knobs = [f"{k}={os.environ[k]}" for k in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE",
+                                               "TORCH_CUBLASLT_UNIFIED_WORKSPACE", "PYTORCH_CUDA_ALLOC_CONF")
+             if k in os.environ]
+    return {
+        "allocator": "PyTorch CUDA caching allocator (this torch's own)"
+                     + (f", PYTORCH_CUDA_ALLOC_CONF={os.environ['PYTORCH_CUDA_ALLOC_CONF']}"
+                        if "PYTORCH_CUDA_ALLOC_CONF" in os.environ else ", default configuration"),
+        "mirrors": f"torch {torch.__version__}",
+        "cublas_workspace_bytes": cublas,
+        "cublaslt_workspace_bytes": lt,
+        "cublaslt_workspace_unified": unified,
+        "workspaces_from": f"torch {torch.__version__} rules for compute capability {props.major}.{props.minor}"
+                           + (f" with {', '.join(knobs)}" if knobs else " (defaults)"),
+    }
+
+
 def main(argv):
     a = parse_args(argv)
     if os.path.exists(a.output):
@@ -117,8 +165,9 @@ def main(argv):
     hidden = a.hidden or 4 * a.width
     rows = a.batch * a.context
     dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[a.dtype]
-    torch.backends.cuda.matmul.allow_tf32 = a.allow_tf32
-    torch.backends.cudnn.allow_tf32 = a.allow_tf32
+    # float32 matmuls use TF32 only with --allow-tf32 ("high"); "highest" is strict float32, which
+    # gemm_and_bias turns into CUBLAS_COMPUTE_32F.
+    torch.set_float32_matmul_precision("high" if a.allow_tf32 else "highest")
     started = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     # Device set-up, timed on its own (device_init_seconds), never inside model_load.
@@ -333,6 +382,7 @@ def main(argv):
             "seed": a.seed,
             "allow_tf32": a.allow_tf32,
             "math_mode": math_mode(a.dtype, a.allow_tf32),
+            "memory_policy": memory_policy(torch, props),
         },
         "synthetic_model": {
             "description": "Linear(width -> hidden) -> GELU (exact erf) -> Linear(hidden -> width), with bias",

@@ -1,28 +1,41 @@
 #!/usr/bin/env bash
-# The GPU check (DESIGN.md section 6): run on a GPU machine with the release binary carried from
-# the development machine; no Rust needed there. Budget: under five minutes on one GPU.
+# The GPU check (DESIGN.md section 6), a judge: run on a GPU machine with the release binary
+# carried from the development machine (no Rust needed there), in one call of at most five
+# minutes. It says, case by case, whether iteragpu counted what PyTorch counted.
 #
 #   scripts/gpu-check.sh [OUTPUT_DIR]      (default: $OUT when set, else a new temporary folder)
 #
-# Runs: environment; the original's two example measurements; float16 and bfloat16 at batch 2,
-# context 128, width 1024; a large bfloat16 case (batch 8, context 4096, width 8192) with achieved
-# TFLOP/s of the warm forward; a refused overwrite (exit 2, file unchanged); and, where
-# `import torch` finds a GPU, the same protocol in PyTorch eager (bench/pytorch_eager.py) with both
-# tools' counters phase by phase and the time ratios. Ends with one short table.
+# Steps:
+#  1. `iteragpu --version` first: a binary that cannot run here (a glibc older than the one it
+#     was built against, a wrong architecture) stops the check at once, with the loader's words.
+#  2. nvidia-smi facts before (and after, at the end); `iteragpu environment`.
+#  3. Cases, each: `measure` (iteragpu), `measure --plan` for the GPU's compute capability, and
+#     bench/pytorch_eager.py with the same options; nvidia-smi's free memory just before each
+#     tool starts. float32, float16 and bfloat16 at (batch, context, width) = (1,16,64),
+#     (2,128,1024) and (8,4096,8192) (the first two float32 ones are the original kit's examples),
+#     one float32 case with --allow-tf32 (on both sides), one bfloat16 case forced onto the PTX
+#     JIT (`--kernel-form ptx`; its PyTorch side is the plain bfloat16 case's).
+#  4. The refused overwrite (exit 2, file unchanged).
+#  5. scripts/gpu_check_report.py judges: per case, every phase row and counter iteragpu |
+#     PyTorch | difference | plan with a verdict, both numerical checks, the device-time ratio,
+#     the memory outside the allocator of both tools, the case's own expectations.
 #
-# OUTPUT_DIR receives three files only (so a harness that carries back a few files gets all of
-# it): gpu-check.log (everything printed), gpu-check-json.tar.gz (every JSON document) and
-# summary.txt (the final table). Exit status: 0 when every step passed, 1 otherwise, 2 when the
-# binary is missing.
+# OUTPUT_DIR receives four files (for a harness that carries back few): gpu-check.log
+# (everything printed), summary.txt (the judgement), nvidia-smi.txt (before and after) and
+# gpu-check-json.tar.gz (every document). Exit status: 0 when every step passed and every case is
+# the same; 1 otherwise (a counter differs, a check failed, a step failed or was skipped for time,
+# PyTorch missing on a GPU machine); 2 when the binary is missing or cannot run here.
 #
 # Environment:
 #   ITERAGPU=PATH           the binary (default ./target/release/iteragpu)
 #   DEVICE=cuda:N           the device (default cuda:0)
-#   GPU_CHECK_BUDGET_S=N    seconds for the whole check (default 270); later steps are skipped
-#                           (and counted as failures) once it is spent
+#   PYTHON=PATH             the Python with a CUDA-enabled torch (default python3)
+#   GPU_CHECK_BUDGET_S=N    seconds for the whole check (default 280); later steps are skipped,
+#                           and counted as failures, once it is spent
 #   GPU_CHECK_REHEARSAL=1   rehearse on the CPU reference device with small shapes (DEVICE
-#                           defaults to cpu, PyTorch is skipped): proves the script, parsing and
-#                           table without a GPU
+#                           defaults to cpu; PyTorch and nvidia-smi are skipped; each run is
+#                           judged against its own plan): proves the script and the judge without
+#                           a GPU
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -33,7 +46,7 @@ else
     DEVICE=${DEVICE:-cuda:0}
 fi
 BIN=${ITERAGPU:-./target/release/iteragpu}
-BUDGET=${GPU_CHECK_BUDGET_S:-270}
+BUDGET=${GPU_CHECK_BUDGET_S:-280}
 PY=${PYTHON:-python3}
 DIR=${1:-${OUT:-}}
 [ -n "$DIR" ] || DIR=$(mktemp -d)
@@ -41,166 +54,88 @@ mkdir -p "$DIR" || exit 2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
-# name | options. The first two are the original kit's examples.
+# name | options (both tools) | extra options for iteragpu only | judge's notes (peer=, expect=)
 if [ "$REHEARSAL" = 1 ]; then
-    CASES=(
-        "f32-small|--batch 1 --context 16 --width 64 --dtype float32 --warmup 1 --repeats 2"
-        "f32-medium|--batch 2 --context 16 --width 128 --dtype float32 --warmup 3 --repeats 5"
-        "f16-medium|--batch 2 --context 16 --width 128 --dtype float16 --warmup 3 --repeats 5"
-        "bf16-medium|--batch 2 --context 16 --width 128 --dtype bfloat16 --warmup 3 --repeats 5"
-        "bf16-large|--batch 2 --context 32 --width 256 --dtype bfloat16 --warmup 2 --repeats 5"
-    )
+    S="--batch 1 --context 16 --width 64"
+    M="--batch 2 --context 16 --width 128"
+    L="--batch 2 --context 32 --width 256"
 else
-    CASES=(
-        "f32-small|--batch 1 --context 16 --width 64 --dtype float32 --warmup 1 --repeats 2"
-        "f32-medium|--batch 2 --context 128 --width 1024 --dtype float32 --warmup 3 --repeats 5"
-        "f16-medium|--batch 2 --context 128 --width 1024 --dtype float16 --warmup 3 --repeats 5"
-        "bf16-medium|--batch 2 --context 128 --width 1024 --dtype bfloat16 --warmup 3 --repeats 5"
-        "bf16-large|--batch 8 --context 4096 --width 8192 --dtype bfloat16 --warmup 2 --repeats 5"
-    )
+    S="--batch 1 --context 16 --width 64"
+    M="--batch 2 --context 128 --width 1024"
+    L="--batch 8 --context 4096 --width 8192"
 fi
-NAMES=()
-for case in "${CASES[@]}"; do NAMES+=("${case%%|*}"); done
+CASES=(
+    "f32-small|$S --dtype float32 --warmup 1 --repeats 2||"
+    "f32-medium|$M --dtype float32 --warmup 3 --repeats 5||"
+    "f16-small|$S --dtype float16 --warmup 1 --repeats 2||"
+    "f16-medium|$M --dtype float16 --warmup 3 --repeats 5||"
+    "bf16-small|$S --dtype bfloat16 --warmup 1 --repeats 2||"
+    "bf16-medium|$M --dtype bfloat16 --warmup 3 --repeats 5||"
+    "f32-large|$L --dtype float32 --warmup 1 --repeats 3||"
+    "f16-large|$L --dtype float16 --warmup 2 --repeats 5||"
+    "bf16-large|$L --dtype bfloat16 --warmup 2 --repeats 5||"
+    "tf32-medium|$M --dtype float32 --warmup 3 --repeats 5 --allow-tf32||expect=allow_tf32:true"
+)
+if [ "$REHEARSAL" = 1 ]; then
+    CASES+=("ptx-medium|$M --dtype bfloat16 --warmup 3 --repeats 5||peer=bf16-medium")
+else
+    CASES+=("ptx-medium|$M --dtype bfloat16 --warmup 3 --repeats 5|--kernel-form ptx|peer=bf16-medium|expect=kernel_form:ptx-jit")
+fi
 
 failures=0
 START=$SECONDS
 step() { echo; echo "== [$((SECONDS - START)) s] $*"; }
 fail() { echo "FAILED: $*"; failures=$((failures + 1)); }
-# Seconds a step may take: its own limit, or what is left of the budget.
-limit() {
-    local left=$((BUDGET - (SECONDS - START)))
-    if [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
-}
-# Runs a command under `limit`; skips it (as a failure) once the budget is spent.
+# Runs a command under a limit of its own or what is left of the budget; skipped (a failure)
+# once the budget is spent.
 bounded() {
     local max=$1
     shift
-    local t
-    t=$(limit "$max")
-    if [ "$t" -le 5 ]; then
+    local left=$((BUDGET - (SECONDS - START)))
+    [ "$left" -lt "$max" ] && max=$left
+    if [ "$max" -le 5 ]; then
         echo "skipped: the ${BUDGET} s budget is spent"
         return 124
     fi
-    timeout "$t" "$@"
+    timeout "$max" "$@"
 }
-
-summary() {
-    if command -v "$PY" >/dev/null 2>&1; then
-        "$PY" - "$WORK" "${NAMES[@]}" <<'PY'
-import json, os, statistics, sys
-
-d, names = sys.argv[1], sys.argv[2:]
-MiB = 1024 * 1024
-
-
-def load(p):
-    try:
-        with open(p) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def rows(doc, phase):
-    return [r for r in (doc or {}).get("phases", []) if r.get("phase") == phase]
-
-
-def seconds(doc, phase):
-    """Median device seconds of a phase's rows, else median wall seconds; and which clock."""
-    rs = rows(doc, phase)
-    dev = [r["device_seconds"] for r in rs if r.get("device_seconds")]
-    if dev:
-        return statistics.median(dev), "dev"
-    wall = [r["wall_seconds"] for r in rs if r.get("wall_seconds")]
-    return (statistics.median(wall), "wall") if wall else (None, "")
-
-
-def num(v, fmt):
-    return format(v, fmt) if isinstance(v, (int, float)) else "-"
-
-
-env = load(os.path.join(d, "environment.json")) or {}
-det = env.get("details") or {}
-gpu = det.get("gpu") or {}
-libs = det.get("libraries") or {}
-print(
-    f"device {env.get('requested_device')}: {gpu.get('name') or env.get('backend')} "
-    f"cc {gpu.get('compute_capability', '-')}, driver {(det.get('nvml') or {}).get('driver_version', '-')} "
-    f"(CUDA {(det.get('driver') or {}).get('cuda_version', '-')}), kernels {det.get('kernel_form', '-')}, "
-    f"cuBLAS {(libs.get('cublas') or {}).get('version', '-')}"
-)
-print(
-    f"{'case':<12} {'dtype':<9} {'shape':<14} {'cold ms':>9} {'warm ms':>9} {'TFLOP/s':>8} "
-    f"{'peak res MiB':>12} {'check':>11} {'torch ms':>9} {'ratio':>6}"
-)
-for n in names:
-    doc = load(os.path.join(d, n + ".json"))
-    if not doc:
-        print(f"{n:<12} (no document)")
-        continue
-    c, m = doc["configuration"], doc["synthetic_model"]
-    cold, _ = seconds(doc, "cold_forward")
-    warm, clock = seconds(doc, "warm_forward")
-    tflops = m["forward_flops"] / warm / 1e12 if warm else None
-    peak = max((r["memory"]["peak_reserved_bytes"] for r in doc.get("phases", [])), default=None)
-    chk = doc.get("check") or {}
-    verdict = (num(chk.get("relative_error"), ".1e") + (" ok" if chk.get("passed") else " BAD")) if chk else "none"
-    tdoc = load(os.path.join(d, n + ".torch.json"))
-    twarm, _ = seconds(tdoc, "warm_forward") if tdoc else (None, "")
-    ratio = warm / twarm if (warm and twarm) else None
-    shape = f"{c['batch']}x{c['context']}x{c['width']}"
-    print(
-        f"{n:<12} {c['dtype']:<9} {shape:<14} {num(cold and cold * 1e3, '9.3f'):>9} "
-        f"{num(warm and warm * 1e3, '9.3f'):>9} {num(tflops, '8.2f'):>8} "
-        f"{num(peak and peak / MiB, '12.1f'):>12} {verdict:>11} {num(twarm and twarm * 1e3, '9.3f'):>9} "
-        f"{num(ratio, '6.2f'):>6}" + ("" if clock in ("dev", "") else f"  ({clock} clock)")
-    )
-    if not doc.get("complete"):
-        print(f"   incomplete: {(doc.get('error') or {}).get('message')}")
-
-for n in names:
-    doc, tdoc = load(os.path.join(d, n + ".json")), load(os.path.join(d, n + ".torch.json"))
-    if not (doc and tdoc):
-        continue
-    print(f"\n{n}: allocator counters in MiB (iteragpu | pytorch); time ratio iteragpu/pytorch (device clocks)")
-    print(f"  {'phase':<15} {'end alloc':>19} {'peak alloc':>19} {'end reserved':>19} {'peak reserved':>19} {'ratio':>6}")
-    theirs = {(r["phase"], r["index"]): r for r in tdoc.get("phases", [])}
-    for a in doc.get("phases", []):
-        b = theirs.get((a["phase"], a["index"]))
-        if b is None:
-            continue
-        ma, mb = a["memory"], b["memory"]
-
-        def pair(k):
-            return f"{ma[k] / MiB:8.1f} | {mb[k] / MiB:8.1f}"
-
-        ra, rb = a.get("device_seconds"), b.get("device_seconds")
-        label = a["phase"] + (f"[{a['index']}]" if a["phase"] == "warm_forward" else "")
-        print(
-            f"  {label:<15} {pair('end_allocated_bytes'):>19} {pair('peak_allocated_bytes'):>19} "
-            f"{pair('end_reserved_bytes'):>19} {pair('peak_reserved_bytes'):>19} "
-            f"{num(ra / rb if (ra and rb) else None, '6.2f'):>6}"
-        )
-PY
-    elif command -v jq >/dev/null 2>&1; then
-        for name in "${NAMES[@]}"; do
-            [ -f "$WORK/$name.json" ] && jq -r --arg n "$name" \
-                '[$n, .configuration.dtype, (.check.relative_error|tostring), (.complete|tostring)] | @tsv' \
-                "$WORK/$name.json"
-        done
-    else
-        for name in "${NAMES[@]}"; do
-            echo "$name: $(grep -o '"complete": [a-z]*' "$WORK/$name.json" 2>/dev/null)"
-        done
+have_smi() { [ "$REHEARSAL" != 1 ] && command -v nvidia-smi >/dev/null 2>&1; }
+smi_facts() {
+    if ! have_smi; then
+        if [ "$REHEARSAL" = 1 ]; then echo "nvidia-smi: not run (rehearsal)"; else echo "nvidia-smi: not found"; fi
+        return
     fi
+    nvidia-smi --query-gpu=index,uuid,name,driver_version,pci.bus_id,memory.total,memory.used,memory.free,temperature.gpu,power.draw,power.limit,clocks.sm,clocks.mem,clocks.max.sm,mig.mode.current,compute_mode,persistence_mode,pstate --format=csv 2>&1
+    nvidia-smi 2>&1
+}
+UUID=""
+# Free device memory in bytes, as nvidia-smi reports it now (MiB precision), or null.
+free_bytes() {
+    if have_smi && [ -n "$UUID" ]; then
+        local mib
+        mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i "$UUID" 2>/dev/null | head -1 | tr -dc '0-9')
+        [ -n "$mib" ] && { echo $((mib * 1048576)); return; }
+    fi
+    echo null
 }
 
 main() {
     echo "gpu-check: device $DEVICE, binary $BIN, budget ${BUDGET} s$([ "$REHEARSAL" = 1 ] && echo ', REHEARSAL (CPU, small shapes)')"
+    step "the binary runs here"
     if [ ! -x "$BIN" ]; then
         echo "no binary at $BIN (build it with cargo build --release and carry it, or set ITERAGPU)"
         return 2
     fi
+    if ! "$BIN" --version; then
+        echo "$BIN does not run on this machine (see the loader's message above: a glibc older than"
+        echo "the build's, or another architecture); build it for this machine (docs/gpu-runs.md)"
+        ldd --version 2>&1 | head -1
+        return 2
+    fi
+    ldd --version 2>&1 | head -1
+
+    step "nvidia-smi before"
+    smi_facts | tee "$WORK/nvidia-smi-before.txt"
 
     step "environment"
     bounded 60 "$BIN" environment --device "$DEVICE" || fail "environment"
@@ -209,13 +144,55 @@ main() {
     else
         fail "environment --json"
     fi
+    local cc="" plan_device=cpu
+    if [ "$REHEARSAL" != 1 ]; then
+        cc=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["details"]["gpu"]["compute_capability"])' "$WORK/environment.json" 2>/dev/null)
+        UUID=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["details"]["gpu"]["uuid"])' "$WORK/environment.json" 2>/dev/null)
+        plan_device=cuda
+        [ -n "$cc" ] || fail "no compute capability in the environment report"
+    fi
 
+    local torch=0
+    if [ "$REHEARSAL" = 1 ]; then
+        echo "pytorch: skipped in a rehearsal (each run is judged against its plan)"
+    elif command -v "$PY" >/dev/null 2>&1 \
+        && "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+        torch=1
+        "$PY" -c "import torch; print('pytorch', torch.__version__, 'CUDA', torch.version.cuda)"
+    else
+        fail "pytorch: $PY has no CUDA-enabled torch here, so nothing can be compared with it"
+    fi
+
+    local names=() case name opts ours_only notes ours_free torch_free
     for case in "${CASES[@]}"; do
-        local name=${case%%|*} opts=${case#*|}
-        step "measure $name: $opts"
+        IFS='|' read -r name opts ours_only notes <<<"$case"
+        names+=("$name${notes:+|$notes}")
+        notes=${notes//|/ }
+        step "$name: iteragpu measure $opts $ours_only"
+        ours_free=$(free_bytes)
         # shellcheck disable=SC2086
-        bounded 100 "$BIN" measure --device "$DEVICE" $opts --output "$WORK/$name.json" \
+        bounded 100 "$BIN" measure --device "$DEVICE" $opts $ours_only --output "$WORK/$name.json" \
             || fail "measure $name (exit $?)"
+        if [ "$plan_device" = cuda ] && [ -n "$cc" ]; then
+            # shellcheck disable=SC2086
+            "$BIN" measure --plan --device cuda --compute-capability "$cc" $opts --json >"$WORK/$name.plan.json" \
+                || fail "measure --plan $name"
+        elif [ "$plan_device" = cpu ]; then
+            # shellcheck disable=SC2086
+            "$BIN" measure --plan --device cpu $opts --json >"$WORK/$name.plan.json" || fail "measure --plan $name"
+        fi
+        torch_free=null
+        if [ "$torch" = 1 ] && [[ "$notes" != *peer=* ]]; then
+            step "$name: pytorch eager"
+            torch_free=$(free_bytes)
+            # shellcheck disable=SC2086
+            # PyTorch's defaults, as iteragpu's (whose knobs are options, not the environment).
+            bounded 120 env -u CUBLAS_WORKSPACE_CONFIG -u CUBLASLT_WORKSPACE_SIZE \
+                -u TORCH_CUBLASLT_UNIFIED_WORKSPACE -u PYTORCH_CUDA_ALLOC_CONF \
+                "$PY" bench/pytorch_eager.py --device "$DEVICE" $opts --output "$WORK/$name.torch.json" \
+                || fail "pytorch $name (exit $?)"
+        fi
+        echo "{\"ours\": $ours_free, \"torch\": $torch_free}" >"$WORK/$name.free.json"
     done
 
     step "refused overwrite"
@@ -235,28 +212,24 @@ main() {
         [ "$before" = "$(sha256sum "$target")" ] || fail "the existing file changed"
     fi
 
-    if [ "$REHEARSAL" = 1 ]; then
-        step "pytorch eager: skipped in a rehearsal"
-    elif command -v "$PY" >/dev/null 2>&1 \
-        && "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-        for case in "${CASES[@]}"; do
-            local name=${case%%|*} opts=${case#*|}
-            step "pytorch eager $name"
-            # shellcheck disable=SC2086
-            bounded 100 "$PY" bench/pytorch_eager.py --device "$DEVICE" $opts \
-                --output "$WORK/$name.torch.json" || fail "pytorch $name (exit $?)"
-        done
-    else
-        step "pytorch eager: skipped ($PY with a CUDA-enabled torch is not installed here)"
-    fi
+    step "nvidia-smi after"
+    smi_facts | tee "$WORK/nvidia-smi-after.txt"
+    { echo "== before"; cat "$WORK/nvidia-smi-before.txt"; echo; echo "== after"; cat "$WORK/nvidia-smi-after.txt"; } >"$DIR/nvidia-smi.txt"
 
-    step "summary"
-    summary | tee "$DIR/summary.txt"
-    tar -czf "$DIR/gpu-check-json.tar.gz" -C "$WORK" . || fail "packing the JSON documents"
+    step "judgement"
+    local peer_flag=()
+    [ "$REHEARSAL" = 1 ] || peer_flag=(--require-peer)
+    if command -v "$PY" >/dev/null 2>&1; then
+        "$PY" scripts/gpu_check_report.py "$WORK" "${peer_flag[@]}" "${names[@]}" | tee "$DIR/summary.txt"
+        [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the judgement found differences or failures (summary.txt)"
+    else
+        fail "no $PY to judge with"
+    fi
+    tar -czf "$DIR/gpu-check-json.tar.gz" -C "$WORK" . || fail "packing the documents"
     echo
-    echo "outputs: $DIR/gpu-check.log, $DIR/gpu-check-json.tar.gz, $DIR/summary.txt ($((SECONDS - START)) s)"
+    echo "outputs: $DIR/gpu-check.log, $DIR/summary.txt, $DIR/nvidia-smi.txt, $DIR/gpu-check-json.tar.gz ($((SECONDS - START)) s)"
     if [ "$failures" -eq 0 ]; then
-        echo "gpu-check: all steps passed"
+        echo "gpu-check: all steps passed, every case the same"
         return 0
     fi
     echo "gpu-check: $failures step(s) failed"

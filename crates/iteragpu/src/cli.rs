@@ -18,10 +18,14 @@ pub enum Command {
     /// Describe the device and its software (driver, libraries, memory). Exit 0 even when no GPU
     /// is usable: the report then says why.
     Environment(crate::cmd::environment::Args),
-    /// Estimate the memory the weights of a model occupy (no GPU needed).
+    /// Estimate the memory a model occupies: weights, and with --model its exact count, KV cache
+    /// and training states (no GPU needed).
     Estimate(crate::cmd::estimate::Args),
     /// Price a GPU package from the tariff catalogue, and one accepted result (no GPU needed).
     Price(crate::cmd::price::Args),
+    /// Which catalogue packages hold a model (weights, KV cache, training), cheapest first (no
+    /// GPU needed).
+    Fit(crate::cmd::fit::Args),
     /// Measure the synthetic Linear -> GELU -> Linear model phase by phase (time and memory)
     /// and write one JSON document that must not exist yet.
     Measure(crate::cmd::measure::Args),

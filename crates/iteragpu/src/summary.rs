@@ -3,7 +3,10 @@
 use std::fmt::Write;
 use std::path::Path;
 
+use lab::alloc::Action;
 use lab::measure::document::MeasurementDocument;
+use lab::measure::preflight::PlanReport;
+use lab::workspaces::MemoryPolicy;
 
 /// Bytes with a binary prefix (the exact figure is in the JSON).
 pub fn bytes(b: u64) -> String {
@@ -60,6 +63,9 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
         c.math_mode,
         doc.device_init_seconds
     );
+    if let Some(line) = workspaces_line(&c.memory_policy) {
+        let _ = writeln!(s, "{line}");
+    }
     let _ = writeln!(
         s,
         "\n{:<13} {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
@@ -124,6 +130,108 @@ pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
             "INCOMPLETE"
         },
         path.display()
+    );
+    s
+}
+
+/// The library workspaces in a line, or nothing for a device without any.
+fn workspaces_line(p: &MemoryPolicy) -> Option<String> {
+    let w = p.workspaces();
+    if w.allocations().is_empty() && w.cublaslt_bytes == 0 {
+        return None;
+    }
+    let lt = if w.cublaslt_unified {
+        format!("{} inside it (unified)", bytes(w.cublaslt_bytes))
+    } else {
+        bytes(w.cublaslt_bytes)
+    };
+    Some(format!(
+        "library workspaces (first product, kept): cuBLAS {}, cuBLASLt {lt} ({})",
+        bytes(w.cublas_bytes),
+        p.workspaces_from
+    ))
+}
+
+/// The table `measure --plan` prints.
+pub fn plan(r: &PlanReport) -> String {
+    let c = &r.configuration;
+    let mut s = String::new();
+    let device = match &r.compute_capability {
+        Some(cc) => format!("{} (compute capability {cc})", r.device),
+        None => r.device.clone(),
+    };
+    let _ = writeln!(
+        s,
+        "PLAN (no device opened): {device}  |  {}  |  [batch {} x context {} x width {}] -> hidden {}  |  warmup {}, repeats {}",
+        c.dtype, c.batch, c.context, c.width, c.hidden, c.warmup, c.repeats
+    );
+    let _ = writeln!(
+        s,
+        "counters of {}'s caching allocator{}",
+        c.memory_policy.mirrors,
+        workspaces_line(&c.memory_policy)
+            .map(|l| format!("; {l}"))
+            .unwrap_or_else(|| "; no library workspace".to_string())
+    );
+    let _ = writeln!(
+        s,
+        "\nallocation sequence\n{:<13} {:>3}  {:<8} {:<19} {:>11} {:>11} {:<5} {:>11}",
+        "phase", "#", "action", "what", "requested", "block", "pool", "new segment"
+    );
+    for a in &r.allocations {
+        let e = &a.event;
+        let (phase, index) = match a.phase {
+            Some(p) => (p.name(), a.index.to_string()),
+            None => ("(between)", "-".to_string()),
+        };
+        let _ = writeln!(
+            s,
+            "{:<13} {:>3}  {:<8} {:<19} {:>11} {:>11} {:<5} {:>11}",
+            phase,
+            index,
+            match e.action {
+                Action::Allocate => "allocate",
+                Action::Free => "free",
+            },
+            e.what,
+            bytes(e.requested_bytes),
+            bytes(e.block_bytes),
+            match e.pool {
+                lab::alloc::PoolName::Small => "small",
+                lab::alloc::PoolName::Large => "large",
+            },
+            if e.new_segment_bytes > 0 {
+                bytes(e.new_segment_bytes)
+            } else {
+                "-".to_string()
+            }
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<13} {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+        "phase", "#", "alloc base", "alloc end", "alloc peak", "resv base", "resv end", "resv peak"
+    );
+    for p in &r.phases {
+        let m = &p.memory;
+        let _ = writeln!(
+            s,
+            "{:<13} {:>3} {:>11} {:>11} {:>11} {:>11} {:>11} {:>11}",
+            p.phase.name(),
+            p.index,
+            bytes(m.baseline_allocated_bytes),
+            bytes(m.end_allocated_bytes),
+            bytes(m.peak_allocated_bytes),
+            bytes(m.baseline_reserved_bytes),
+            bytes(m.end_reserved_bytes),
+            bytes(m.peak_reserved_bytes),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\npeak reserved: {} ({} bytes), what the pre-flight check compares with the free memory",
+        bytes(r.peak_reserved_bytes),
+        r.peak_reserved_bytes
     );
     s
 }

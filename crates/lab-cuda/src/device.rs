@@ -1,34 +1,59 @@
 //! `CudaDevice`: the measurement engine's [`Device`] on an NVIDIA GPU.
 //!
 //! One primary context and one non-blocking stream; every tensor is a block of the caching
-//! allocator (PyTorch's policy) over `cuMemAlloc` segments; Linear is one cuBLAS GEMM per layer
-//! over a broadcast bias (beta = 1), GELU and the inputs are our kernels. The cuBLAS handle and its
-//! workspace are created on the first product, through the allocator, as PyTorch does, so they
-//! show in the cold forward pass.
+//! allocator (PyTorch's policy) over `cuMemAlloc` segments; each Linear is one cuBLASLt matmul with
+//! the bias epilogue, made as PyTorch 2.11's `gemm_and_bias` makes it ([`crate::blaslt`]); GELU and
+//! the inputs are our kernels. The cuBLAS handle and both library workspaces are created on the
+//! first product, through the allocator and after its output, as PyTorch does, so they show in
+//! the cold forward pass.
+//!
+//! Teardown (`Drop`) frees everything and releases the context; `measure` writes its document
+//! before the device is dropped, and the libraries stay loaded for the process's life, so a
+//! teardown that fails cannot lose a finished run.
 
 use std::ffi::c_void;
 use std::rc::Rc;
 
 use cudarc::driver::sys::{CUcontext, CUevent, CUfunction, CUstream};
-use lab::alloc::{Block, Stats, TensorPool};
+use lab::alloc::{AllocationEvent, Block, Stats, TensorPool};
 use lab::device::{Device, DeviceError, DeviceMemory, Tensor};
 use lab::dtype::DType;
 use lab::environment::{ENVIRONMENT_SCHEMA, Environment};
 use lab::tool::ToolInfo;
+use lab::workspaces::{CUBLAS_WORKSPACE, MemoryPolicy, WorkspaceOptions};
 use serde_json::{Map, Value, json};
 
 use crate::blas::{self, Blas};
+use crate::blaslt::{MatmulSpec, Operands, Workspace};
 use crate::driver::{CuDevice, DevicePtr, Driver};
 use crate::environment::{
     check_compute_capability, describe_blas, describe_driver, describe_gpu, describe_nvml,
     set_kernel_form,
 };
 use crate::error::CudaError;
-use crate::kernels::{Kernels, launch_shape};
+use crate::kernels::{KernelChoice, Kernels, launch_shape};
 use crate::loader;
 use crate::nvml::{self, NvmlHandle};
 use crate::segments::DriverSegments;
-use crate::workspace::workspace_bytes;
+
+/// How to set the device up: PyTorch's workspace knobs and the kernel form.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CudaOptions {
+    /// `--kernel-form`.
+    pub kernel_form: KernelChoice,
+    /// `--cublas-workspace`, `--cublaslt-workspace`, `--cublaslt-unified-workspace`.
+    pub workspaces: WorkspaceOptions,
+}
+
+/// The cuBLAS handle and the library workspaces, from the first product on.
+#[derive(Debug)]
+struct BlasState {
+    handle: blas::Handle,
+    /// Whether the workspaces have been allocated (once per handle, kept for the process).
+    ready: bool,
+    cublas_workspace: Option<Block>,
+    cublaslt_workspace: Option<Block>,
+}
 
 /// An NVIDIA GPU ready to run the synthetic model.
 pub struct CudaDevice {
@@ -40,10 +65,9 @@ pub struct CudaDevice {
     stream: CUstream,
     kernels: Kernels,
     tensors: TensorPool<DriverSegments>,
-    /// The cuBLAS handle and its workspace block, from the first product on.
-    cublas: Option<(blas::Handle, Block)>,
+    blas_state: Option<BlasState>,
     events: (CUevent, CUevent),
-    cc_major: i32,
+    policy: MemoryPolicy,
     environment: Environment,
 }
 
@@ -61,7 +85,11 @@ impl CudaDevice {
     /// Opens `cuda:ordinal`: driver, context, stream, kernels, cuBLAS (loaded, not yet a
     /// handle), NVML where present. An error with [`CudaError::is_unavailable`] means there is no
     /// usable GPU here.
-    pub fn open(ordinal: usize, tool: ToolInfo) -> Result<CudaDevice, CudaError> {
+    pub fn open(
+        ordinal: usize,
+        tool: ToolInfo,
+        options: &CudaOptions,
+    ) -> Result<CudaDevice, CudaError> {
         let mut details = Map::new();
         let mut nvml = nvml::open();
         describe_nvml(&nvml, &mut details);
@@ -82,7 +110,7 @@ impl CudaDevice {
                 gpu.insert("total_memory_bytes".into(), json!(total));
             }
             let stream = driver.stream_create()?;
-            let kernels = match Kernels::load(&driver, cc.0, cc.1) {
+            let kernels = match Kernels::load(&driver, cc.0, cc.1, options.kernel_form) {
                 Ok(k) => k,
                 Err(e) => {
                     driver.stream_destroy(stream);
@@ -90,6 +118,10 @@ impl CudaDevice {
                 }
             };
             set_kernel_form(kernels.form, &mut details);
+            details.insert(
+                "kernel_form_requested".into(),
+                json!(options.kernel_form.to_string()),
+            );
             let events = match (driver.event_create(), driver.event_create()) {
                 (Ok(a), Ok(b)) => (a, b),
                 (a, b) => {
@@ -132,11 +164,21 @@ impl CudaDevice {
             ctx,
             stream,
             kernels,
-            cublas: None,
+            blas_state: None,
             events,
-            cc_major: cc.0,
+            policy: MemoryPolicy::for_gpu(&options.workspaces, cc.0, cc.1),
             environment,
         })
+    }
+
+    /// Starts recording the allocation sequence (for tests that compare it with the plan).
+    pub fn enable_allocation_trace(&mut self) {
+        self.tensors.enable_trace();
+    }
+
+    /// The allocation sequence recorded since [`CudaDevice::enable_allocation_trace`].
+    pub fn allocation_trace(&self) -> &[AllocationEvent] {
+        self.tensors.trace()
     }
 
     fn ptr(&self, t: &Tensor) -> Result<DevicePtr, DeviceError> {
@@ -144,31 +186,59 @@ impl CudaDevice {
         Ok(self.tensors.allocator().segment(block.segment) + block.offset)
     }
 
-    /// The cuBLAS handle, created with its workspace on first use.
-    fn cublas_handle(&mut self) -> Result<blas::Handle, DeviceError> {
-        if let Some((h, _)) = &self.cublas {
-            return Ok(*h);
+    /// The handle, as PyTorch's `getCurrentCUDABlasHandle` leaves it on every use (created on the
+    /// first; `cublasSetStream`; `setWorkspaceForHandle`, which allocates the cuBLAS workspace
+    /// through the allocator the first time; `cublasSetMathMode`), and the cuBLASLt workspace of
+    /// `getCUDABlasLtWorkspace` (a second allocation the first time, or the cuBLAS workspace when
+    /// unified). See `lab::workspaces` for the sources.
+    fn blas_handle(&mut self, allow_tf32: bool) -> Result<(blas::Handle, Workspace), DeviceError> {
+        if self.blas_state.is_none() {
+            let handle = self.blas.create_handle().map_err(backend)?;
+            self.blas_state = Some(BlasState {
+                handle,
+                ready: false,
+                cublas_workspace: None,
+                cublaslt_workspace: None,
+            });
         }
-        let h = self.blas.create_handle(self.stream).map_err(backend)?;
-        let block = match self
-            .tensors
-            .allocate_bytes(workspace_bytes(self.cc_major), "cuBLAS workspace")
-        {
-            Ok(b) => b,
-            Err(e) => {
-                self.blas.destroy_handle(h);
-                return Err(e);
+        let Some(state) = self.blas_state.as_mut() else {
+            return Err(DeviceError::Backend("no cuBLAS handle".into()));
+        };
+        let h = state.handle;
+        self.blas.set_stream(h, self.stream).map_err(backend)?;
+        if !state.ready {
+            // In PyTorch's order, after the output: the cuBLAS workspace, then cuBLASLt's.
+            for (what, bytes) in self.policy.workspaces().allocations() {
+                let block = self.tensors.allocate_bytes(bytes, what)?;
+                if what == CUBLAS_WORKSPACE {
+                    state.cublas_workspace = Some(block);
+                } else {
+                    state.cublaslt_workspace = Some(block);
+                }
+            }
+            state.ready = true;
+        }
+        let w = self.policy.workspaces();
+        let cublas_ptr = state.cublas_workspace.as_ref().map_or(0, |b| {
+            self.tensors.allocator().segment(b.segment) + b.offset
+        });
+        // SAFETY: the block stays allocated until `Drop`, which destroys the handle first.
+        unsafe { self.blas.set_workspace(h, cublas_ptr, w.cublas_bytes) }.map_err(backend)?;
+        self.blas.set_math_mode(h, allow_tf32).map_err(backend)?;
+        let lt = if w.cublaslt_unified {
+            Workspace {
+                ptr: cublas_ptr,
+                bytes: w.cublaslt_bytes,
+            }
+        } else {
+            Workspace {
+                ptr: state.cublaslt_workspace.as_ref().map_or(0, |b| {
+                    self.tensors.allocator().segment(b.segment) + b.offset
+                }),
+                bytes: w.cublaslt_bytes,
             }
         };
-        let ptr = self.tensors.allocator().segment(block.segment) + block.offset;
-        // SAFETY: the block stays allocated until `Drop`, which destroys the handle first.
-        if let Err(e) = unsafe { self.blas.set_workspace(h, ptr, block.size) } {
-            self.blas.destroy_handle(h);
-            self.tensors.allocator_mut().free(block);
-            return Err(backend(e));
-        }
-        self.cublas = Some((h, block));
-        Ok(h)
+        Ok((h, lt))
     }
 
     /// Launches a 1-D grid-stride kernel over `n` elements.
@@ -264,8 +334,8 @@ impl Device for CudaDevice {
         self.environment.clone()
     }
 
-    fn workspace_bytes(&self) -> u64 {
-        workspace_bytes(self.cc_major)
+    fn memory_policy(&self) -> MemoryPolicy {
+        self.policy.clone()
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {
@@ -338,26 +408,18 @@ impl Device for CudaDevice {
     ) -> Result<(), DeviceError> {
         check_linear_shapes(x, weight, bias, out)?;
         let dtype = same_dtype(&[x, weight, bias, out])?;
-        let g = blas::linear_gemm(x.rows, x.cols, weight.rows, dtype, allow_tf32)
+        let spec = MatmulSpec::linear(x.rows, x.cols, weight.rows, dtype, allow_tf32)
             .map_err(DeviceError::Shape)?;
-        let (px, pw, pb, po) = (
-            self.ptr(x)?,
-            self.ptr(weight)?,
-            self.ptr(bias)?,
-            self.ptr(out)?,
-        );
-        let h = self.cublas_handle()?;
-        let f = if dtype == DType::Float32 {
-            self.kernels.bias_b32
-        } else {
-            self.kernels.bias_b16
+        let ops = Operands {
+            a: self.ptr(weight)?,
+            b: self.ptr(x)?,
+            c: self.ptr(out)?,
+            bias: Some(self.ptr(bias)?),
         };
-        let n = out.len() as u64;
-        let mut args = [pb, po, n, out.cols as u64];
-        // SAFETY: bias_rows_*(bias, out, n, cols): `out` holds n elements, `bias` holds cols.
-        unsafe { self.launch(f, n, &mut args) }?;
-        // SAFETY: the buffers hold the matrices `g` describes (checked shapes, same dtype).
-        unsafe { self.blas.gemm(h, &g, pw, px, po, 1.0) }.map_err(backend)
+        let (h, workspace) = self.blas_handle(allow_tf32)?;
+        // SAFETY: the operands are live blocks holding the matrices `spec` describes (shapes and
+        // dtype checked above); the workspace block is kept until `Drop`.
+        unsafe { self.blas.lt.matmul(h, &spec, &ops, workspace, self.stream) }.map_err(backend)
     }
 
     fn gelu(&mut self, x: &Tensor, out: &Tensor) -> Result<(), DeviceError> {
@@ -416,11 +478,18 @@ impl Device for CudaDevice {
 }
 
 impl Drop for CudaDevice {
+    /// Frees everything and releases the context. `measure` drops the device only after its
+    /// document is written; an error here is ignored (there is nothing left to save).
     fn drop(&mut self) {
         let _ = self.driver.ctx_synchronize();
-        if let Some((h, block)) = self.cublas.take() {
-            self.blas.destroy_handle(h);
-            self.tensors.allocator_mut().free(block);
+        if let Some(state) = self.blas_state.take() {
+            let _ = self.blas.destroy_handle(state.handle);
+            for block in [state.cublas_workspace, state.cublaslt_workspace]
+                .into_iter()
+                .flatten()
+            {
+                self.tensors.allocator_mut().free(block);
+            }
         }
         self.tensors.free_all();
         self.tensors.allocator_mut().empty_cache();
@@ -466,7 +535,7 @@ mod tests {
 
     #[test]
     fn opening_without_a_gpu_is_an_unavailable_error() {
-        match CudaDevice::open(0, ToolInfo::new(None)) {
+        match CudaDevice::open(0, ToolInfo::new(None), &CudaOptions::default()) {
             Ok(d) => assert!(d.environment().usable),
             Err(e) => assert!(e.is_unavailable(), "{e}"),
         }

@@ -9,6 +9,7 @@
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use cudarc::driver::sys::{CUcontext, CUevent, CUfunction, CUmodule, CUstream};
 use libloading::Library;
@@ -37,7 +38,7 @@ const CU_EVENT_DEFAULT: c_uint = 0;
 /// `T` must be the function-pointer type of the C prototype of `name`.
 unsafe fn sym<T: Copy>(lib: &Library, name: &str) -> Option<T> {
     // SAFETY: the caller guarantees `T` matches the symbol's prototype; the pointer is copied out
-    // and only used while `lib` (owned by the same `Driver`) stays loaded.
+    // and only used while `lib` stays loaded, which it does for the process's life.
     unsafe { lib.get::<T>(name.as_bytes()).ok().map(|s| *s) }
 }
 
@@ -103,8 +104,6 @@ pub struct Driver {
     pub version: i32,
     /// The file the loader picked.
     pub path: Option<PathBuf>,
-    // Declared last so it is dropped after nothing else can call into it.
-    _lib: Library,
 }
 
 impl std::fmt::Debug for Driver {
@@ -145,13 +144,13 @@ impl Driver {
         };
         // SAFETY: prototypes from cuda.h.
         let init: unsafe extern "C" fn(c_uint) -> CuResult =
-            unsafe { sym(&lib, "cuInit") }.ok_or_else(|| missing("cuInit", None))?;
+            unsafe { sym(lib, "cuInit") }.ok_or_else(|| missing("cuInit", None))?;
         // SAFETY: as above.
         let get_version: unsafe extern "C" fn(*mut c_int) -> CuResult =
-            unsafe { sym(&lib, "cuDriverGetVersion") }
+            unsafe { sym(lib, "cuDriverGetVersion") }
                 .ok_or_else(|| missing("cuDriverGetVersion", None))?;
         // SAFETY: as above.
-        let error_name: Option<ErrorNameFn> = unsafe { sym(&lib, "cuGetErrorName") };
+        let error_name: Option<ErrorNameFn> = unsafe { sym(lib, "cuGetErrorName") };
 
         let mut version: c_int = 0;
         // SAFETY: `version` is a valid out-pointer; the call needs no initialisation.
@@ -176,23 +175,23 @@ impl Driver {
                 found: cuda_version(version),
             });
         }
-        let api = Api::resolve(&lib).map_err(|name| missing(name, Some(version)))?;
+        let api = Api::resolve(lib).map_err(|name| missing(name, Some(version)))?;
         // SAFETY: both names share the prototype `CUresult (float*, CUevent, CUevent)`.
-        let elapsed = unsafe { sym::<ElapsedFn>(&lib, "cuEventElapsedTime_v2") }
+        let elapsed = unsafe { sym::<ElapsedFn>(lib, "cuEventElapsedTime_v2") }
             .map(|f| (f, "cuEventElapsedTime_v2"))
             .or_else(|| {
                 // SAFETY: as above.
-                unsafe { sym::<ElapsedFn>(&lib, "cuEventElapsedTime") }
+                unsafe { sym::<ElapsedFn>(lib, "cuEventElapsedTime") }
                     .map(|f| (f, "cuEventElapsedTime"))
             })
             .ok_or_else(|| missing("cuEventElapsedTime", Some(version)))?;
         // SAFETY: both names share the prototype `CUresult (CUuuid*, CUdevice)`; CUuuid is
         // 16 bytes.
-        let uuid = unsafe { sym::<UuidFn>(&lib, "cuDeviceGetUuid_v2") }
+        let uuid = unsafe { sym::<UuidFn>(lib, "cuDeviceGetUuid_v2") }
             .map(|f| (f, "cuDeviceGetUuid_v2"))
             .or_else(|| {
                 // SAFETY: as above.
-                unsafe { sym::<UuidFn>(&lib, "cuDeviceGetUuid") }.map(|f| (f, "cuDeviceGetUuid"))
+                unsafe { sym::<UuidFn>(lib, "cuDeviceGetUuid") }.map(|f| (f, "cuDeviceGetUuid"))
             })
             .ok_or_else(|| missing("cuDeviceGetUuid", Some(version)))?;
         Ok(Driver {
@@ -202,7 +201,6 @@ impl Driver {
             error_name,
             version,
             path,
-            _lib: lib,
         })
     }
 
@@ -510,13 +508,21 @@ impl Driver {
     }
 }
 
-/// Opens the driver library: the driver's SONAME first, then the development name.
-fn open_driver() -> Result<Library, CudaError> {
+/// The driver library, once opened: never closed, so the driver's code stays mapped for the
+/// process's life (the R535 `libcuda` is not NODELETE; a teardown after `dlclose` would crash).
+static DRIVER_LIBRARY: OnceLock<Library> = OnceLock::new();
+
+/// Opens the driver library: the driver's SONAME first, then the development name. The first
+/// library opened is kept for the process's life and returned by every later call.
+fn open_driver() -> Result<&'static Library, CudaError> {
+    if let Some(lib) = DRIVER_LIBRARY.get() {
+        return Ok(lib);
+    }
     let mut last = String::new();
     for name in ["libcuda.so.1", "libcuda.so"] {
         // SAFETY: loading libcuda runs its initialisers, which have no preconditions.
         match unsafe { Library::new(name) } {
-            Ok(lib) => return Ok(lib),
+            Ok(lib) => return Ok(DRIVER_LIBRARY.get_or_init(|| lib)),
             Err(e) => {
                 if last.is_empty() {
                     last = crate::error::load_error(&e);

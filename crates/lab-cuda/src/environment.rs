@@ -14,7 +14,7 @@ use crate::kernels::{KernelForm, cubin_archs, preferred_form};
 use crate::loader;
 use crate::nvml::{self, NvmlHandle};
 use crate::version::cuda_version;
-use crate::workspace::workspace_bytes;
+use lab::workspaces::{DEFAULT_CUBLASLT_WORKSPACE, default_cublas_workspace};
 
 /// The oldest compute capability the kernels (compute_80) and bfloat16 GEMMs support.
 pub const MIN_COMPUTE_CAPABILITY: (i32, i32) = (8, 0);
@@ -115,9 +115,18 @@ pub fn describe_gpu(
 ) -> Result<(i32, i32), CudaError> {
     let facts = driver.facts(dev)?;
     let attr = |a: Attribute| driver.attribute(dev, a).ok();
+    // The UUID's label (`GPU-` or, for a MIG instance, `MIG-`) is the one NVML knows it by; the
+    // driver returns the 16 bytes only.
+    let mut uuid = (
+        format_uuid("GPU", &facts.uuid),
+        "GPU- assumed: NVML could not say",
+    );
     let nvml_facts = match nvml {
         Some(h) => {
             if h.match_device(&facts.uuid) {
+                if let Some(u) = &h.device_uuid {
+                    uuid = (u.clone(), "NVML");
+                }
                 h.device_facts()
             } else {
                 json!("no NVML device has this GPU's UUID")
@@ -130,11 +139,14 @@ pub fn describe_gpu(
         "gpu".into(),
         json!({
             "name": facts.name,
-            "uuid": format_uuid("GPU", &facts.uuid),
+            "uuid": uuid.0,
+            "uuid_label_from": uuid.1,
             "uuid_symbol": facts.uuid_symbol,
             "compute_capability": format!("{}.{}", facts.major, facts.minor),
             "sm_count": attr(Attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
             "total_memory_bytes": facts.total_bytes,
+            // As the catalogue's usable_memory_mib and torch's total_memory print it.
+            "total_memory_mib": facts.total_bytes >> 20,
             "l2_cache_bytes": attr(Attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
             "memory_bus_width_bits": attr(Attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH),
             "ecc_enabled": attr(Attribute::CU_DEVICE_ATTRIBUTE_ECC_ENABLED).map(|v| v != 0),
@@ -148,9 +160,14 @@ pub fn describe_gpu(
     );
     details.insert("kernel_form".into(), json!(form.to_string()));
     details.insert("kernel_cubins".into(), json!(cubin_archs()));
+    // torch 2.11's defaults for this GPU (a run records the sizes it used in its document).
     details.insert(
         "cublas_workspace_bytes".into(),
-        json!(workspace_bytes(facts.major)),
+        json!(default_cublas_workspace(facts.major, facts.minor)),
+    );
+    details.insert(
+        "cublaslt_workspace_bytes".into(),
+        json!(DEFAULT_CUBLASLT_WORKSPACE),
     );
     Ok((facts.major, facts.minor))
 }

@@ -185,7 +185,9 @@ fn memory_hint(code: i32) -> &'static str {
     }
 }
 
-/// The name of a CUresult this tool may meet, for when the driver cannot name it itself.
+/// The name of a CUresult this tool may meet, for when the driver cannot name it itself (codes
+/// from cuda.h's `cudaError_enum`; 35 is the runtime API's `cudaErrorInsufficientDriver` and has
+/// no driver-API name, so it is not listed).
 pub fn cu_result_name(code: i32) -> &'static str {
     match code {
         0 => "CUDA_SUCCESS",
@@ -194,7 +196,7 @@ pub fn cu_result_name(code: i32) -> &'static str {
         3 => "CUDA_ERROR_NOT_INITIALIZED",
         4 => "CUDA_ERROR_DEINITIALIZED",
         34 => "CUDA_ERROR_STUB_LIBRARY",
-        35 => "CUDA_ERROR_INSUFFICIENT_DRIVER",
+        36 => "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
         46 => "CUDA_ERROR_DEVICE_UNAVAILABLE",
         100 => "CUDA_ERROR_NO_DEVICE",
         101 => "CUDA_ERROR_INVALID_DEVICE",
@@ -237,6 +239,34 @@ mod tests {
     use super::*;
 
     #[test]
+    fn names_are_cuda_h_driver_codes() {
+        use cudarc::driver::sys::cudaError_enum as E;
+        for (code, name) in [
+            (E::CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY"),
+            (
+                E::CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER,
+                "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER",
+            ),
+            (
+                E::CUDA_ERROR_DEVICE_UNAVAILABLE,
+                "CUDA_ERROR_DEVICE_UNAVAILABLE",
+            ),
+            (
+                E::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+                "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+            ),
+            (
+                E::CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE,
+                "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+            ),
+        ] {
+            assert_eq!(cu_result_name(code as i32), name);
+        }
+        // No driver-API result has code 35 (that is the runtime's cudaErrorInsufficientDriver).
+        assert_eq!(cu_result_name(35), "CUDA error");
+    }
+
+    #[test]
     fn unavailable_errors_are_the_environment_ones() {
         assert!(CudaError::NoDevice { path: None }.is_unavailable());
         assert!(
@@ -274,6 +304,7 @@ mod tests {
                 .contains("/usr/local/cuda/lib64/stubs/libcuda.so")
         );
         assert_eq!(cu_result_name(100), "CUDA_ERROR_NO_DEVICE");
+        assert_eq!(cu_result_name(36), "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER");
         assert_eq!(cublas_status_name(15), "CUBLAS_STATUS_NOT_SUPPORTED");
     }
 }

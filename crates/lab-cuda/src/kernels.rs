@@ -76,6 +76,44 @@ impl std::fmt::Display for KernelForm {
     }
 }
 
+/// Which form to load, as `--kernel-form` asks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KernelChoice {
+    /// The cubin for the device's architecture when there is one, else the PTX; and the PTX when
+    /// the driver refuses the cubin.
+    #[default]
+    Auto,
+    /// The cubin only: an error when none fits the device or the driver refuses it.
+    Cubin,
+    /// The PTX through the driver's JIT, even when a cubin fits (to exercise that path).
+    Ptx,
+}
+
+impl std::str::FromStr for KernelChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<KernelChoice, String> {
+        match s {
+            "auto" => Ok(KernelChoice::Auto),
+            "cubin" => Ok(KernelChoice::Cubin),
+            "ptx" => Ok(KernelChoice::Ptx),
+            other => Err(format!(
+                "`{other}` is not a kernel form: use auto, cubin or ptx"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for KernelChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            KernelChoice::Auto => "auto",
+            KernelChoice::Cubin => "cubin",
+            KernelChoice::Ptx => "ptx",
+        })
+    }
+}
+
 /// The architectures with a cubin, as `sm_XY` names.
 pub fn cubin_archs() -> Vec<String> {
     CUBINS
@@ -115,19 +153,37 @@ pub struct Kernels {
     pub inputs: [CUfunction; 3],
     /// GELU for float32, float16, bfloat16.
     pub gelu: [CUfunction; 3],
-    /// Bias broadcast for 32-bit and 16-bit elements.
-    pub bias_b32: CUfunction,
-    /// Bias broadcast for 16-bit elements.
-    pub bias_b16: CUfunction,
 }
 
 impl Kernels {
-    /// Loads the cubin for the device, falling back to the PTX if the driver refuses it.
-    pub fn load(driver: &Driver, major: i32, minor: i32) -> Result<Kernels, CudaError> {
-        let first = preferred_form(major, minor);
+    /// Loads the kernels in the form `choice` asks for: by default the cubin for the device,
+    /// falling back to the PTX if the driver refuses it.
+    pub fn load(
+        driver: &Driver,
+        major: i32,
+        minor: i32,
+        choice: KernelChoice,
+    ) -> Result<Kernels, CudaError> {
+        let first = match choice {
+            KernelChoice::Ptx => KernelForm::PtxJit,
+            KernelChoice::Auto => preferred_form(major, minor),
+            KernelChoice::Cubin => match preferred_form(major, minor) {
+                KernelForm::PtxJit => {
+                    return Err(CudaError::Kernels {
+                        arch: format!("{major}.{minor}"),
+                        reason: format!(
+                            "--kernel-form cubin, but no embedded cubin runs on it (cubins: {})",
+                            cubin_archs().join(", ")
+                        ),
+                    });
+                }
+                cubin => cubin,
+            },
+        };
+        let fallback = choice == KernelChoice::Auto && first != KernelForm::PtxJit;
         let (module, form) = match driver.module_load(image(first)) {
             Ok(m) => (m, first),
-            Err(cubin_err) if first != KernelForm::PtxJit => match driver.module_load(PTX) {
+            Err(cubin_err) if fallback => match driver.module_load(PTX) {
                 Ok(m) => (m, KernelForm::PtxJit),
                 Err(ptx_err) => {
                     return Err(CudaError::Kernels {
@@ -154,8 +210,6 @@ impl Kernels {
                     get(c"inputs_bf16")?,
                 ],
                 gelu: [get(c"gelu_f32")?, get(c"gelu_f16")?, get(c"gelu_bf16")?],
-                bias_b32: get(c"bias_rows_b32")?,
-                bias_b16: get(c"bias_rows_b16")?,
             })
         };
         load_all().inspect_err(|_| driver.module_unload(module))
@@ -195,6 +249,18 @@ mod tests {
     }
 
     #[test]
+    fn kernel_choices_parse_and_print() {
+        for c in [KernelChoice::Auto, KernelChoice::Cubin, KernelChoice::Ptx] {
+            assert_eq!(c.to_string().parse::<KernelChoice>(), Ok(c));
+        }
+        let err = "jit".parse::<KernelChoice>().unwrap_err();
+        assert!(
+            err.contains("`jit`") && err.contains("auto, cubin or ptx"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn embedded_images_are_what_the_driver_expects() {
         assert_eq!(PTX.last(), Some(&0));
         assert_eq!(PTX.iter().filter(|&&b| b == 0).count(), 1);
@@ -211,11 +277,11 @@ mod tests {
             "gelu_f32",
             "gelu_f16",
             "gelu_bf16",
-            "bias_rows_b32",
-            "bias_rows_b16",
         ] {
             assert!(text.contains(&format!(".entry {name}(")), "{name}");
         }
+        // Each Linear is one cuBLASLt matmul with the bias epilogue: no bias kernel is left.
+        assert!(!text.contains("bias"), "the PTX still has a bias kernel");
         for (_, cubin) in CUBINS {
             assert_eq!(&cubin[..4], b"\x7fELF");
         }

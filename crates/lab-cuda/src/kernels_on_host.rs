@@ -1,7 +1,7 @@
 //! `kernels/lab.cu` compiled for the host and compared with the Rust reference, bit for bit.
 //!
-//! No GPU is needed: the kernels' source after the conversion helpers (generator, GELU, bias
-//! broadcast and every kernel's grid-stride loop) is compiled with g++ under a shim that defines
+//! No GPU is needed: the kernels' source after the conversion helpers (generator, GELU and every
+//! kernel's grid-stride loop) is compiled with g++ under a shim that defines
 //! `__device__`/`__global__` away, emulates a launch by running every (block, thread) of a grid
 //! in turn, and supplies host conversions with the same rounding (nearest even) as the PTX `cvt.rn`
 //! the helpers use. A wrong constant, shift, key, index or launch shape shows here, before any GPU
@@ -58,16 +58,13 @@ template <class F> static void launch(unsigned g, unsigned b, F body) {
 }
 #define HOST1(k, T) extern "C" void host_##k(unsigned g, unsigned b, T* out, u64 n, u64 s) { launch(g, b, [&] { k(out, n, s); }); }
 #define HOST2(k, T) extern "C" void host_##k(unsigned g, unsigned b, const T* x, T* y, u64 n) { launch(g, b, [&] { k(x, y, n); }); }
-#define HOST3(k, T) extern "C" void host_##k(unsigned g, unsigned b, const T* x, T* y, u64 n, u64 c) { launch(g, b, [&] { k(x, y, n, c); }); }
 HOST1(inputs_f32, float) HOST1(inputs_f16, u16) HOST1(inputs_bf16, u16)
 HOST2(gelu_f32, float) HOST2(gelu_f16, u16) HOST2(gelu_bf16, u16)
-HOST3(bias_rows_b32, unsigned int) HOST3(bias_rows_b16, u16)
 extern "C" float host_input_value(u64 seed, u64 i) { return input_value(mix64(seed), i); }
 "#;
 
 type InputsFn = unsafe extern "C" fn(u32, u32, *mut c_void, u64, u64);
 type GeluFn = unsafe extern "C" fn(u32, u32, *const c_void, *mut c_void, u64);
-type BiasFn = unsafe extern "C" fn(u32, u32, *const c_void, *mut c_void, u64, u64);
 type ValueFn = unsafe extern "C" fn(u64, u64) -> f32;
 
 struct HostKernels {
@@ -233,44 +230,6 @@ fn gelu_kernels_compute_the_exact_erf_form_in_float32() {
                     "{d} gelu({xv}) = {got}, exact {exact}"
                 );
             }
-        }
-    }
-}
-
-#[test]
-fn bias_kernels_broadcast_the_bias_to_every_row() {
-    let k = HostKernels::build();
-    let (rows, cols) = (37usize, 29usize);
-    let n = (rows * cols) as u64;
-    let b32: Vec<u32> = (0..cols as u32).map(|c| 0x4000_0000 + c).collect();
-    let b16: Vec<u16> = (0..cols as u16).map(|c| 0x3c00 + c).collect();
-    let f32k: BiasFn = k.get("bias_rows_b32");
-    let f16k: BiasFn = k.get("bias_rows_b16");
-    for (grid, block) in shapes(n) {
-        let mut o32 = vec![0u32; rows * cols];
-        let mut o16 = vec![0u16; rows * cols];
-        // SAFETY: outputs hold n elements, biases `cols`.
-        unsafe {
-            f32k(
-                grid,
-                block,
-                b32.as_ptr().cast(),
-                o32.as_mut_ptr().cast(),
-                n,
-                cols as u64,
-            );
-            f16k(
-                grid,
-                block,
-                b16.as_ptr().cast(),
-                o16.as_mut_ptr().cast(),
-                n,
-                cols as u64,
-            );
-        }
-        for r in 0..rows {
-            assert_eq!(&o32[r * cols..(r + 1) * cols], &b32[..], "row {r}");
-            assert_eq!(&o16[r * cols..(r + 1) * cols], &b16[..], "row {r}");
         }
     }
 }

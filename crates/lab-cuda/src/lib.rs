@@ -7,6 +7,7 @@
 //! user can act on, never a panic.
 
 mod blas;
+pub mod blaslt;
 mod device;
 mod driver;
 mod environment;
@@ -19,14 +20,12 @@ mod maps;
 mod nvml;
 mod segments;
 mod version;
-mod workspace;
 
-pub use device::CudaDevice;
+pub use device::{CudaDevice, CudaOptions};
 pub use environment::environment;
 pub use error::CudaError;
-pub use kernels::KernelForm;
+pub use kernels::{KernelChoice, KernelForm};
 pub use version::cuda_version;
-pub use workspace::workspace_bytes;
 
 /// Parses `cuda:N` (also `cuda`, meaning `cuda:0`) into the ordinal N.
 pub fn parse_ordinal(device: &str) -> Option<usize> {

@@ -4,10 +4,13 @@
 //! toolkit installs that are not registered with the loader; Python environments cover the
 //! libraries PyTorch wheels bring (`site-packages/nvidia/cu13/lib`, `.../nvidia/cublas/lib`).
 //! cuBLASLt is opened before cuBLAS from the same folder, so cuBLAS binds to that very cuBLASLt
-//! (a mismatched pair fails at handle creation). The handles are kept for the process's life.
+//! (a mismatched pair fails at handle creation). The pair is opened once and never closed: it
+//! stays loaded for the process's life, so nothing that runs after a measurement (the device's
+//! teardown, a destructor in the library) can find its code unmapped.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use libloading::Library;
 
@@ -23,12 +26,13 @@ pub struct Folder {
     pub origin: &'static str,
 }
 
-/// cuBLASLt and cuBLAS, opened from one folder.
+/// cuBLASLt and cuBLAS, opened from one folder, loaded for the process's life.
+#[derive(Clone)]
 pub struct BlasLibraries {
     /// cuBLASLt, opened first.
-    pub lt: Library,
+    pub lt: &'static Library,
     /// cuBLAS, bound to `lt`.
-    pub blas: Library,
+    pub blas: &'static Library,
     /// The file of cuBLASLt.
     pub lt_path: PathBuf,
     /// The file of cuBLAS.
@@ -146,9 +150,26 @@ pub fn site_packages(var: &dyn Fn(&str) -> Option<OsString>, home: Option<&Path>
     out
 }
 
+/// The pair opened by the first successful [`load_blas`] of this process.
+static LOADED: OnceLock<BlasLibraries> = OnceLock::new();
+
+/// Keeps a library loaded until the process ends (never `dlclose`d).
+fn keep(lib: Library) -> &'static Library {
+    Box::leak(Box::new(lib))
+}
+
 /// Opens cuBLASLt and cuBLAS: first by SONAME through the loader's path, then from each folder of
-/// [`search_folders`]. `tried` in the error lists what was attempted.
+/// [`search_folders`]. `tried` in the error lists what was attempted. The first pair found is
+/// kept for the process's life and returned by every later call.
 pub fn load_blas(driver_version: i32) -> Result<BlasLibraries, CudaError> {
+    if let Some(libs) = LOADED.get() {
+        return Ok(libs.clone());
+    }
+    let libs = find_blas(driver_version)?;
+    Ok(LOADED.get_or_init(|| libs).clone())
+}
+
+fn find_blas(driver_version: i32) -> Result<BlasLibraries, CudaError> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let folders = search_folders(&|name| std::env::var_os(name), home.as_deref());
     let mut tried: Vec<String> = Vec::new();
@@ -202,8 +223,8 @@ fn open_by_soname(major: u32) -> Result<BlasLibraries, String> {
     let blas = unsafe { Library::new(&target) }.map_err(|e| load_error(&e))?;
     let blas_path = maps::loaded_path(&blas_name).unwrap_or(target);
     Ok(BlasLibraries {
-        lt,
-        blas,
+        lt: keep(lt),
+        blas: keep(blas),
         lt_path,
         blas_path,
         major,
@@ -222,8 +243,8 @@ fn open_pair(
     // SAFETY: as above; cuBLAS's cuBLASLt dependency resolves (by SONAME) to the one just loaded.
     let blas = unsafe { Library::new(blas_path) }.map_err(|e| load_error(&e))?;
     Ok(BlasLibraries {
-        lt,
-        blas,
+        lt: keep(lt),
+        blas: keep(blas),
         lt_path: lt_path.to_path_buf(),
         blas_path: blas_path.to_path_buf(),
         major,

@@ -13,7 +13,9 @@ use crate::maps;
 
 /// NVML, opened and initialised, and the NVML name of our device.
 pub struct NvmlHandle {
-    nvml: Nvml,
+    /// Never shut down nor unloaded: nvml-wrapper's `Drop` would call `nvmlShutdown` and close
+    /// the library, and nothing at the end of a run may depend on a driver library's teardown.
+    nvml: std::mem::ManuallyDrop<Nvml>,
     /// The UUID under which NVML knows our CUDA device, once matched.
     pub device_uuid: Option<String>,
     /// The library file.
@@ -49,7 +51,7 @@ pub fn open() -> Result<NvmlHandle, String> {
     }
     let nvml = Nvml::init().map_err(|e| format!("NVML did not initialise: {e}"))?;
     Ok(NvmlHandle {
-        nvml,
+        nvml: std::mem::ManuallyDrop::new(nvml),
         device_uuid: None,
         path: maps::loaded_path("libnvidia-ml.so"),
     })
@@ -67,7 +69,8 @@ impl NvmlHandle {
     }
 
     /// Finds the NVML device with the CUDA device's UUID (NVML indices are not CUDA ordinals when
-    /// CUDA_VISIBLE_DEVICES reorders devices). Under MIG, CUDA may report the instance's UUID.
+    /// CUDA_VISIBLE_DEVICES reorders devices). Under MIG, CUDA reports the instance's UUID, which
+    /// NVML knows as `MIG-...`: the matched name keeps that label.
     pub fn match_device(&mut self, uuid_hex: &[u8; 16]) -> bool {
         for prefix in ["GPU", "MIG"] {
             let uuid = crate::driver::format_uuid(prefix, uuid_hex);

@@ -1,5 +1,6 @@
 //! `CudaDevice` against stub libraries: the whole device path (open, allocator over driver
-//! segments, kernels, events, cuBLAS failure, out of memory, read-back, drop) runs without a GPU.
+//! segments, kernels, events, the cuBLASLt Linear, cuBLAS failure, out of memory, read-back,
+//! drop) runs without a GPU, and with the computing stubs a whole measurement passes its check.
 //!
 //! The driver is chosen when the process starts (LD_LIBRARY_PATH), so the test re-runs its own
 //! binary as a child with the stub folder on the loader path; the child does the work.
@@ -7,10 +8,16 @@
 use std::path::Path;
 use std::process::Command;
 
+use lab::alloc::Action;
 use lab::device::{Device, DeviceError};
 use lab::dtype::DType;
+use lab::measure::config::{MeasureOptions, Plan};
+use lab::measure::document::Preflight;
+use lab::measure::preflight;
+use lab::measure::runner::{self, Mode, RunInfo, Silent};
 use lab::tool::ToolInfo;
-use lab_cuda::CudaDevice;
+use lab::workspaces::{CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, WorkspaceOptions};
+use lab_cuda::{CudaDevice, CudaOptions, KernelChoice};
 
 const CHILD: &str = "LAB_CUDA_STUB_CHILD";
 
@@ -23,7 +30,8 @@ fn compile(dir: &Path, source: &str, soname: &str, defines: &[&str]) {
         .arg(format!("-Wl,-soname,{soname}"))
         .arg("-o")
         .arg(dir.join(soname))
-        .arg(src);
+        .arg(src)
+        .arg("-lm");
     for d in defines {
         cmd.arg(format!("-D{d}"));
     }
@@ -38,15 +46,23 @@ fn compile(dir: &Path, source: &str, soname: &str, defines: &[&str]) {
 }
 
 fn run_child(test: &str, defines: &[&str]) -> String {
-    run_child_with(test, defines, &[])
+    run_child_with(test, defines, &[], &[])
 }
 
-/// Runs `test` in a child over stub libraries built with `defines` (driver) and `blas_defines`
-/// (cuBLAS); the stubs that record write to `$STUB_LOG` in the stub folder.
-fn run_child_with(test: &str, defines: &[&str], blas_defines: &[&str]) -> String {
+/// Runs `test` in a child over stub libraries built with `defines` (driver), `blas_defines`
+/// (cuBLAS) and `lt_defines` (cuBLASLt, besides `LT`); the stubs that record write to
+/// `$STUB_LOG` in the stub folder.
+fn run_child_with(
+    test: &str,
+    defines: &[&str],
+    blas_defines: &[&str],
+    lt_defines: &[&str],
+) -> String {
     let dir = tempfile::tempdir().unwrap();
     compile(dir.path(), "libcuda.c", "libcuda.so.1", defines);
-    compile(dir.path(), "libcublas.c", "libcublasLt.so.12", &["LT"]);
+    let mut lt = vec!["LT"];
+    lt.extend_from_slice(lt_defines);
+    compile(dir.path(), "libcublas.c", "libcublasLt.so.12", &lt);
     compile(dir.path(), "libcublas.c", "libcublas.so.12", blas_defines);
     let out = Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
@@ -76,11 +92,16 @@ fn the_device_path_runs_against_a_stub_driver() {
         assert!(stdout.contains("CHILD DONE"), "{stdout}");
         return;
     }
-    let mut d = CudaDevice::open(0, ToolInfo::new(None)).expect("the stub device opens");
+    let mut d = CudaDevice::open(0, ToolInfo::new(None), &CudaOptions::default())
+        .expect("the stub device opens");
     let env = d.environment();
     assert!(env.usable);
     assert_eq!(env.details["kernel_form"], "cubin sm_90");
-    assert_eq!(d.workspace_bytes(), 33_554_432);
+    assert_eq!(env.details["kernel_form_requested"], "auto");
+    let policy = d.memory_policy();
+    assert_eq!(policy.cublas_workspace_bytes, 33_554_432);
+    assert_eq!(policy.cublaslt_workspace_bytes, 1 << 20);
+    assert!(!policy.cublaslt_workspace_unified);
 
     let x = d.allocate(16, 64, DType::Float32, "inputs").unwrap();
     let stats = d.stats();
@@ -147,8 +168,8 @@ fn a_failing_stream_creation_is_a_device_error_not_unavailable() {
         assert!(stdout.contains("CHILD DONE"), "{stdout}");
         return;
     }
-    let err =
-        CudaDevice::open(0, ToolInfo::new(None)).expect_err("cuStreamCreate fails in the stub");
+    let err = CudaDevice::open(0, ToolInfo::new(None), &CudaOptions::default())
+        .expect_err("cuStreamCreate fails in the stub");
     assert_eq!(
         err.to_string(),
         "cuStreamCreate failed: CUDA_ERROR_UNKNOWN (code 999)"
@@ -157,12 +178,31 @@ fn a_failing_stream_creation_is_a_device_error_not_unavailable() {
     println!("CHILD DONE");
 }
 
+/// The stub folder's call log, emptied each time it is read.
+struct Log(std::ffi::OsString);
+
+impl Log {
+    fn new() -> Log {
+        Log(std::env::var_os("STUB_LOG").unwrap())
+    }
+
+    fn take(&self) -> String {
+        let log = std::fs::read_to_string(&self.0).unwrap_or_default();
+        std::fs::write(&self.0, "").unwrap();
+        log
+    }
+}
+
 /// The `key=value` fields of the first line of `log` that starts with `prefix`.
 fn fields(log: &str, prefix: &str) -> std::collections::HashMap<String, String> {
-    let line = log
-        .lines()
-        .find(|l| l.starts_with(prefix))
-        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{log}"));
+    fields_of(
+        log.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{log}")),
+    )
+}
+
+fn fields_of(line: &str) -> std::collections::HashMap<String, String> {
     line.split_whitespace()
         .filter_map(|w| w.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -195,30 +235,47 @@ fn encode(v: &[f32], d: DType) -> Vec<u8> {
     }
 }
 
+/// The first word of every line: the calls in order.
+fn calls(log: &str) -> Vec<&str> {
+    log.lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect()
+}
+
+const HOSTMEM: [&str; 5] = [
+    "FULL",
+    "WITH_V2",
+    "HOSTMEM",
+    "EXECUTE",
+    "MEMORY_BUDGET=(256UL<<20)",
+];
+
 #[test]
-fn every_argument_reaches_the_driver_and_cublas_as_the_headers_expect() {
+fn every_argument_reaches_the_driver_cublas_and_cublaslt_as_the_headers_expect() {
     if std::env::var_os(CHILD).is_none() {
         let stdout = run_child_with(
-            "every_argument_reaches_the_driver_and_cublas_as_the_headers_expect",
-            &["FULL", "WITH_V2", "HOSTMEM", "MEMORY_BUDGET=(256UL<<20)"],
+            "every_argument_reaches_the_driver_cublas_and_cublaslt_as_the_headers_expect",
+            &HOSTMEM,
             &["RECORD"],
+            &["RECORD", "COMPUTE"],
         );
         assert!(stdout.contains("CHILD DONE"), "{stdout}");
         return;
     }
-    let log_path = std::env::var_os("STUB_LOG").unwrap();
-    let take_log = || {
-        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
-        std::fs::write(&log_path, "").unwrap();
-        log
-    };
-    let mut d = CudaDevice::open(0, ToolInfo::new(None)).expect("the stub device opens");
-    let log = take_log();
+    let log = Log::new();
+    let mut d = CudaDevice::open(0, ToolInfo::new(None), &CudaOptions::default())
+        .expect("the stub device opens");
+    d.enable_allocation_trace();
+    let opened = log.take();
     assert!(
-        log.contains("stream_create flags=1"),
-        "non-blocking stream:\n{log}"
+        opened.contains("stream_create flags=1"),
+        "non-blocking stream:\n{opened}"
     );
-    assert_eq!(log.matches("event_create flags=0").count(), 2, "{log}");
+    assert_eq!(
+        opened.matches("event_create flags=0").count(),
+        2,
+        "{opened}"
+    );
     let stream = "5757";
 
     // Uploads and row read-back land at the right offsets for every element size.
@@ -235,16 +292,18 @@ fn every_argument_reaches_the_driver_and_cublas_as_the_headers_expect() {
         assert_eq!(got, want, "{dtype}");
         d.free(t);
     }
-    let log = take_log();
+    let copies = log.take();
     assert!(
-        log.lines()
+        copies
+            .lines()
             .filter(|l| l.starts_with("htod") || l.starts_with("dtoh"))
             .all(|l| l.ends_with(&format!("stream={stream}"))),
-        "{log}"
+        "{copies}"
     );
 
-    // Linear: out[m, n] = x[m, k] · w[n, k]ᵀ + b, bfloat16, on first use creating the handle and
-    // its 32 MiB workspace through the allocator, after the output exists.
+    // Linear: out[m, n] = x[m, k] · w[n, k]ᵀ + b in bfloat16: one cuBLASLt matmul with the bias
+    // epilogue; the first one creates the handle and both workspaces through the allocator,
+    // after the output exists, cuBLAS's first.
     let (m, k, n) = (6usize, 4usize, 8usize);
     let dt = DType::Bfloat16;
     let (xv, wv, bv) = (values(m * k, 1.0), values(n * k, 0.5), values(n, 0.25));
@@ -255,95 +314,190 @@ fn every_argument_reaches_the_driver_and_cublas_as_the_headers_expect() {
     d.upload(&w, &wv).unwrap();
     d.upload(&b, &bv).unwrap();
     let out = d.allocate(m, n, dt, "out").unwrap();
-    take_log();
+    log.take();
+    let traced = d.allocation_trace().len();
     let before = d.stats().all.allocated.current;
     d.linear(&x, &w, &b, &out, false).unwrap();
-    assert_eq!(d.stats().all.allocated.current - before, 33_554_432);
-    let log = take_log();
-    let order: Vec<&str> = log
-        .lines()
-        .map(|l| l.split_whitespace().next().unwrap())
+    assert_eq!(
+        d.stats().all.allocated.current - before,
+        33_554_432 + 1_048_576
+    );
+    let new: Vec<(Action, &str, u64)> = d.allocation_trace()[traced..]
+        .iter()
+        .map(|e| (e.action, e.what.as_str(), e.requested_bytes))
         .collect();
     assert_eq!(
-        order,
+        new,
+        [
+            (Action::Allocate, CUBLAS_WORKSPACE, 33_554_432),
+            (Action::Allocate, CUBLASLT_WORKSPACE, 1_048_576)
+        ]
+    );
+    let first = log.take();
+    assert_eq!(
+        calls(&first),
         [
             "cublas_create",
             "cublas_set_stream",
-            "cublas_set_math_mode",
             "cublas_set_workspace",
-            "launch",
-            "gemm"
+            "cublas_set_math_mode",
+            "lt_pref_create",
+            "lt_desc_create",
+            "lt_desc_set",
+            "lt_desc_set",
+            "lt_desc_set",
+            "lt_desc_set",
+            "lt_layout_create",
+            "lt_layout_create",
+            "lt_layout_create",
+            "lt_pref_set",
+            "lt_pref_set",
+            "lt_pref_set",
+            "lt_pref_set",
+            "lt_pref_set",
+            "lt_heuristic",
+            "lt_matmul",
+            "lt_layout_destroy",
+            "lt_layout_destroy",
+            "lt_layout_destroy",
+            "lt_desc_destroy",
+            "lt_pref_destroy",
         ],
-        "{log}"
+        "{first}"
     );
-    assert_eq!(fields(&log, "cublas_set_stream")["stream"], stream);
-    assert_eq!(fields(&log, "cublas_set_math_mode")["mode"], "0");
-    let ws = fields(&log, "cublas_set_workspace");
+    assert_eq!(fields(&first, "cublas_set_stream")["stream"], stream);
+    assert_eq!(fields(&first, "cublas_set_math_mode")["mode"], "0");
+    let ws = fields(&first, "cublas_set_workspace");
     assert_eq!(ws["bytes"], "33554432");
+    let desc = fields(&first, "lt_desc_create");
     assert_eq!(
-        ws["ptr"].parse::<u64>().unwrap() % 256,
-        0,
-        "workspace alignment"
+        (desc["compute"].as_str(), desc["scale"].as_str()),
+        ("68", "0"),
+        "COMPUTE_32F, scale CUDA_R_32F"
     );
-    let bias = fields(&log, "launch bias_rows_b16");
-    let args: Vec<&str> = bias["args"].split(',').collect();
-    assert_eq!(args.len(), 4);
-    assert_eq!(args[2], (m * n).to_string(), "elements");
-    assert_eq!(args[3], n.to_string(), "columns");
-    assert_eq!(bias["grid"], "1,1,1");
-    assert_eq!(bias["block"], "256,1,1");
-    assert_eq!((bias["smem"].as_str(), bias["extra"].as_str()), ("0", "0"));
-    assert_eq!(bias["stream"], stream);
+    let sets: Vec<(String, String, String)> = first
+        .lines()
+        .filter(|l| l.starts_with("lt_desc_set"))
+        .map(fields_of)
+        .map(|f| (f["attr"].clone(), f["size"].clone(), f["value"].clone()))
+        .collect();
+    let bias_ptr = sets[3].2.clone();
     assert_eq!(
-        device_bytes(args[0], n * 2),
-        encode(&bv, dt),
-        "bias pointer"
+        sets,
+        [
+            ("3".into(), "4".into(), "1".into()), // TRANSA = T (the weight)
+            ("4".into(), "4".into(), "0".into()), // TRANSB = N (the input)
+            ("7".into(), "4".into(), "4".into()), // EPILOGUE = BIAS
+            ("8".into(), "8".into(), bias_ptr.clone()), // BIAS_POINTER
+        ]
     );
-    let g = fields(&log, "gemm");
-    let want = [
-        ("ta", "1"),
-        ("tb", "0"),
-        ("m", "8"),
-        ("n", "6"),
-        ("k", "4"),
-        ("alpha", "1"),
-        ("beta", "1"),
-        ("at", "14"),
-        ("bt", "14"),
-        ("ct", "14"),
-        ("lda", "4"),
-        ("ldb", "4"),
-        ("ldc", "8"),
-        ("compute", "68"),
-        ("algo", "-1"),
-    ];
-    for (key, value) in want {
-        assert_eq!(g[key], value, "gemm {key}: {log}");
+    assert_eq!(device_bytes(&bias_ptr, n * 2), encode(&bv, dt), "the bias");
+    let layouts: Vec<(String, String, String, String)> = first
+        .lines()
+        .filter(|l| l.starts_with("lt_layout_create"))
+        .map(fields_of)
+        .map(|f| {
+            (
+                f["type"].clone(),
+                f["rows"].clone(),
+                f["cols"].clone(),
+                f["ld"].clone(),
+            )
+        })
+        .collect();
+    let l = |r: usize, c: usize, ld: usize| {
+        (
+            "14".to_string(),
+            r.to_string(),
+            c.to_string(),
+            ld.to_string(),
+        )
+    };
+    // A = the weight, k x n (m of cuBLASLt = out features) created transposed; B = the input;
+    // C = D = the output, n x m column-major.
+    assert_eq!(layouts, [l(k, n, k), l(k, m, k), l(n, m, n)]);
+    let prefs: Vec<(String, String, String)> = first
+        .lines()
+        .filter(|l| l.starts_with("lt_pref_set"))
+        .map(fields_of)
+        .map(|f| (f["attr"].clone(), f["size"].clone(), f["value"].clone()))
+        .collect();
+    assert_eq!(
+        prefs[0],
+        ("1".into(), "8".into(), "1048576".into()),
+        "MAX_WORKSPACE_BYTES = the cuBLASLt workspace"
+    );
+    for (i, p) in prefs[1..].iter().enumerate() {
+        assert_eq!(p.0, (5 + i).to_string(), "MIN_ALIGNMENT_{{A,B,C,D}}");
+        assert_eq!((p.1.as_str(), p.2.as_str()), ("4", "256"));
     }
+    let h = fields(&first, "lt_heuristic");
+    let mm = fields(&first, "lt_matmul");
     assert_eq!(
-        device_bytes(&g["a"], n * k * 2),
+        h["handle"], "b1a5",
+        "the cuBLAS handle serves as the Lt handle"
+    );
+    assert_eq!(mm["handle"], "b1a5");
+    assert_eq!(h["requested"], "1");
+    assert_eq!(h["desc"], desc["desc"]);
+    assert_eq!(h["c"], h["d"], "C and D share a layout");
+    assert_eq!(
+        (
+            mm["adesc"].as_str(),
+            mm["bdesc"].as_str(),
+            mm["cdesc"].as_str(),
+            mm["ddesc"].as_str()
+        ),
+        (
+            h["a"].as_str(),
+            h["b"].as_str(),
+            h["c"].as_str(),
+            h["d"].as_str()
+        )
+    );
+    assert_eq!(mm["algo"], "a160", "the heuristic's algorithm");
+    assert_eq!((mm["alpha"].as_str(), mm["beta"].as_str()), ("1", "0"));
+    assert_eq!(mm["stream"], stream);
+    assert_eq!(mm["ws_bytes"], "1048576");
+    assert_eq!(
+        device_bytes(&mm["a"], n * k * 2),
         encode(&wv, dt),
         "A is the weight"
     );
     assert_eq!(
-        device_bytes(&g["b"], m * k * 2),
+        device_bytes(&mm["b"], m * k * 2),
         encode(&xv, dt),
         "B is the input"
     );
-    assert_eq!(
-        g["c"], args[1],
-        "C is the output the bias was broadcast into"
-    );
-    let (c, wsp) = (
-        g["c"].parse::<u64>().unwrap(),
+    assert_eq!(mm["c"], mm["d"], "C and D are the output");
+    let (c, cublas_ws, lt_ws) = (
+        mm["c"].parse::<u64>().unwrap(),
         ws["ptr"].parse::<u64>().unwrap(),
+        mm["ws"].parse::<u64>().unwrap(),
     );
-    assert!(
-        wsp >= c + (m * n * 2) as u64 || wsp + 33_554_432 <= c,
-        "workspace overlaps the output"
-    );
+    let disjoint = |a: u64, la: u64, b: u64, lb: u64| a + la <= b || b + lb <= a;
+    assert!(disjoint(c, (m * n * 2) as u64, cublas_ws, 33_554_432));
+    assert!(disjoint(c, (m * n * 2) as u64, lt_ws, 1_048_576));
+    assert!(disjoint(cublas_ws, 33_554_432, lt_ws, 1_048_576));
+    assert_eq!(lt_ws % 256, 0, "workspace alignment");
+    // The product itself (the stub computes what cuBLASLt documents for these arguments).
+    let got = d.read_rows(&out, &(0..m).collect::<Vec<_>>()).unwrap();
+    for r in 0..m {
+        for o in 0..n {
+            let want: f32 = (0..k)
+                .map(|i| dt.round(xv[r * k + i]) * dt.round(wv[o * k + i]))
+                .sum::<f32>()
+                + dt.round(bv[o]);
+            let g = got[r * n + o];
+            assert!(
+                (g - want).abs() <= 0.02 * want.abs().max(1.0),
+                "[{r},{o}] {g} vs {want}"
+            );
+        }
+    }
 
-    // A second product reuses the handle; float32 with --allow-tf32 asks for TF32 compute.
+    // A second product reuses the handle and the workspaces; --allow-tf32 asks for TF32 in the
+    // descriptor and in the handle's math mode, float32 strict goes back to the defaults.
     let f = DType::Float32;
     let (x32, w32, b32, o32) = (
         d.allocate(m, k, f, "x").unwrap(),
@@ -351,18 +505,29 @@ fn every_argument_reaches_the_driver_and_cublas_as_the_headers_expect() {
         d.allocate(1, n, f, "b").unwrap(),
         d.allocate(m, n, f, "o").unwrap(),
     );
-    take_log();
+    log.take();
+    let traced = d.allocation_trace().len();
     d.linear(&x32, &w32, &b32, &o32, true).unwrap();
+    let tf32 = log.take();
     d.linear(&x32, &w32, &b32, &o32, false).unwrap();
-    let log = take_log();
-    assert!(!log.contains("cublas_create"), "{log}");
-    assert!(log.contains("launch bias_rows_b32"), "{log}");
-    let gemms: Vec<&str> = log.lines().filter(|l| l.starts_with("gemm")).collect();
-    assert!(
-        gemms[0].contains(" at=0 ") && gemms[0].contains("compute=77"),
-        "{log}"
+    let strict = log.take();
+    assert_eq!(d.allocation_trace().len(), traced, "no new workspace");
+    assert!(!tf32.contains("cublas_create"), "{tf32}");
+    assert_eq!(fields(&tf32, "cublas_set_math_mode")["mode"], "3");
+    assert_eq!(fields(&tf32, "lt_desc_create")["compute"], "77");
+    assert_eq!(fields(&strict, "cublas_set_math_mode")["mode"], "0");
+    assert_eq!(fields(&strict, "lt_desc_create")["compute"], "68");
+    assert_eq!(fields(&strict, "lt_layout_create")["type"], "0");
+    assert_eq!(
+        fields(&strict, "cublas_set_workspace")["ptr"],
+        ws["ptr"],
+        "the same cuBLAS workspace"
     );
-    assert!(gemms[1].contains("compute=68"), "{log}");
+    assert_eq!(
+        fields(&strict, "lt_matmul")["ws"],
+        mm["ws"],
+        "the same cuBLASLt workspace"
+    );
 
     // GELU and inputs: their parameter lists, element counts, stream.
     let g_out = d.allocate(m, k, dt, "g").unwrap();
@@ -370,18 +535,21 @@ fn every_argument_reaches_the_driver_and_cublas_as_the_headers_expect() {
     d.fill_inputs(&x, 0xFEED).unwrap();
     d.start_clock().unwrap();
     d.stop_clock().unwrap();
-    let log = take_log();
-    let gelu = fields(&log, "launch gelu_bf16");
+    let rest = log.take();
+    let gelu = fields(&rest, "launch gelu_bf16");
     let ga: Vec<&str> = gelu["args"].split(',').collect();
-    assert_eq!(ga.len(), 3);
-    assert_eq!(ga[0], g["b"], "GELU reads x");
+    assert_eq!(ga[0], mm["b"], "GELU reads x");
     assert_eq!(ga[2], (m * k).to_string());
     assert_eq!(gelu["stream"], stream);
-    let inputs = fields(&log, "launch inputs_bf16");
+    assert_eq!(
+        (gelu["grid"].as_str(), gelu["block"].as_str()),
+        ("1,1,1", "256,1,1")
+    );
+    let inputs = fields(&rest, "launch inputs_bf16");
     let ia: Vec<&str> = inputs["args"].split(',').collect();
-    assert_eq!(ia, [g["b"].as_str(), &(m * k).to_string(), "65261"]);
-    let records: Vec<&str> = log.lines().filter(|l| l.starts_with("record")).collect();
-    assert_eq!(records.len(), 2, "{log}");
+    assert_eq!(ia, [mm["b"].as_str(), &(m * k).to_string(), "65261"]);
+    let records: Vec<&str> = rest.lines().filter(|l| l.starts_with("record")).collect();
+    assert_eq!(records.len(), 2, "{rest}");
     assert!(
         records
             .iter()
@@ -392,22 +560,216 @@ fn every_argument_reaches_the_driver_and_cublas_as_the_headers_expect() {
         "start and stop are different events"
     );
 
-    // Drop: the handle goes before its workspace is freed, every segment before the context.
+    // Drop: the handle goes before its workspaces are freed, every segment before the context.
     for t in [x, w, b, out, x32, w32, b32, o32, g_out] {
         d.free(t);
     }
     drop(d);
-    let log = take_log();
+    let teardown = log.take();
     let pos = |what: &str| {
-        log.find(what)
-            .unwrap_or_else(|| panic!("no {what:?} in:\n{log}"))
+        teardown
+            .find(what)
+            .unwrap_or_else(|| panic!("no {what:?} in:\n{teardown}"))
     };
-    let frees = log.matches("free ptr=").count();
-    assert!(frees >= 2, "{log}");
-    assert!(pos("cublas_destroy") < pos("free ptr="), "{log}");
+    // Two segments: the cuBLAS workspace's own, and the small one holding everything else.
+    assert_eq!(teardown.matches("free ptr=").count(), 2, "{teardown}");
+    assert!(pos("cublas_destroy") < pos("free ptr="), "{teardown}");
     assert!(
-        log.rfind("free ptr=").unwrap() < pos("ctx_release"),
-        "{log}"
+        teardown.rfind("free ptr=").unwrap() < pos("ctx_release"),
+        "{teardown}"
     );
+    println!("CHILD DONE");
+}
+
+#[test]
+fn no_algorithm_from_the_heuristic_is_a_device_error() {
+    if std::env::var_os(CHILD).is_none() {
+        let stdout = run_child_with(
+            "no_algorithm_from_the_heuristic_is_a_device_error",
+            &HOSTMEM,
+            &["RECORD"],
+            &["RECORD", "NO_ALGO"],
+        );
+        assert!(stdout.contains("CHILD DONE"), "{stdout}");
+        return;
+    }
+    let log = Log::new();
+    let mut d = CudaDevice::open(0, ToolInfo::new(None), &CudaOptions::default()).unwrap();
+    let x = d.allocate(4, 4, DType::Float16, "x").unwrap();
+    let w = d.allocate(4, 4, DType::Float16, "w").unwrap();
+    let b = d.allocate(1, 4, DType::Float16, "b").unwrap();
+    let o = d.allocate(4, 4, DType::Float16, "o").unwrap();
+    log.take();
+    match d.linear(&x, &w, &b, &o, false) {
+        Err(DeviceError::Backend(msg)) => assert_eq!(
+            msg,
+            "cublasLtMatmulAlgoGetHeuristic failed: CUBLAS_STATUS_NOT_SUPPORTED (no algorithm for \
+             this matmul) (status 15)"
+        ),
+        other => panic!("expected a cuBLASLt error, got {other:?}"),
+    }
+    let calls_made = log.take();
+    assert!(!calls_made.contains("lt_matmul"), "{calls_made}");
+    // Whatever was created is destroyed.
+    assert_eq!(
+        calls_made.matches("lt_layout_destroy").count(),
+        3,
+        "{calls_made}"
+    );
+    assert!(calls_made.contains("lt_desc_destroy") && calls_made.contains("lt_pref_destroy"));
+    println!("CHILD DONE");
+}
+
+fn plan(batch: usize, context: usize, width: usize, dtype: DType) -> Plan {
+    Plan::new(MeasureOptions {
+        device: "cuda:0".into(),
+        batch,
+        context,
+        width,
+        hidden: None,
+        dtype,
+        warmup: 2,
+        repeats: 2,
+        seed: 3,
+        allow_tf32: false,
+    })
+    .unwrap()
+}
+
+fn run_info() -> RunInfo {
+    RunInfo {
+        tool: ToolInfo::new(None),
+        started_utc: "2026-12-01T00:00:00Z".into(),
+        device_init_seconds: 0.0,
+        preflight: Preflight {
+            estimated_peak_reserved_bytes: 0,
+            device_free_bytes: None,
+        },
+    }
+}
+
+#[test]
+fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predicts() {
+    if std::env::var_os(CHILD).is_none() {
+        let stdout = run_child_with(
+            "a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predicts",
+            &HOSTMEM,
+            &["RECORD"],
+            &["RECORD", "COMPUTE"],
+        );
+        assert!(stdout.contains("CHILD DONE"), "{stdout}");
+        return;
+    }
+    let unified = WorkspaceOptions {
+        cublas_bytes: Some(4 << 20),
+        cublaslt_bytes: None,
+        unified: true,
+    };
+    let none = WorkspaceOptions {
+        cublas_bytes: Some(0),
+        cublaslt_bytes: Some(0),
+        unified: false,
+    };
+    let cases = [
+        (
+            DType::Float32,
+            WorkspaceOptions::default(),
+            KernelChoice::Auto,
+        ),
+        (
+            DType::Float16,
+            WorkspaceOptions::default(),
+            KernelChoice::Ptx,
+        ),
+        (DType::Bfloat16, unified, KernelChoice::Cubin),
+        (DType::Float32, none, KernelChoice::Auto),
+    ];
+    let log = Log::new();
+    for (dtype, workspaces, kernel_form) in cases {
+        let options = CudaOptions {
+            kernel_form,
+            workspaces,
+        };
+        log.take();
+        let mut d = CudaDevice::open(0, ToolInfo::new(None), &options).unwrap();
+        d.enable_allocation_trace();
+        let plan = plan(2, 8, 32, dtype);
+        let doc = runner::run(&mut d, &plan, run_info(), Mode::Measure, &mut Silent);
+        let what = format!("{dtype} {workspaces:?} {kernel_form}");
+        assert!(doc.complete, "{what}: {:?}", doc.error);
+        let check = doc.check.as_ref().unwrap();
+        assert!(check.passed, "{what}: {check:?}");
+        assert_eq!(doc.configuration.memory_policy, d.memory_policy());
+        let form = doc.environment.details["kernel_form"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(
+            form == "ptx-jit",
+            kernel_form == KernelChoice::Ptx,
+            "{what}: {form}"
+        );
+        // The plan, made without a device, predicts every counter of every phase and the
+        // allocation sequence the device really made.
+        let planned = preflight::plan_run(&plan, &d.memory_policy());
+        assert_eq!(planned.phases.len(), doc.phases.len());
+        for (p, r) in planned.phases.iter().zip(&doc.phases) {
+            let (pm, rm) = (&p.memory, &r.memory);
+            assert_eq!(
+                [
+                    pm.baseline_allocated_bytes,
+                    pm.end_allocated_bytes,
+                    pm.peak_allocated_bytes,
+                    pm.baseline_reserved_bytes,
+                    pm.end_reserved_bytes,
+                    pm.peak_reserved_bytes,
+                ],
+                [
+                    rm.baseline_allocated_bytes,
+                    rm.end_allocated_bytes,
+                    rm.peak_allocated_bytes,
+                    rm.baseline_reserved_bytes,
+                    rm.end_reserved_bytes,
+                    rm.peak_reserved_bytes,
+                ],
+                "{what}: {:?}[{}]",
+                r.phase,
+                r.index
+            );
+        }
+        let traced = d.allocation_trace();
+        let events: Vec<_> = planned.allocations.iter().map(|a| &a.event).collect();
+        assert_eq!(events, traced.iter().collect::<Vec<_>>(), "{what}");
+        let ws: Vec<&str> = traced
+            .iter()
+            .filter(|e| e.what.contains("workspace"))
+            .map(|e| e.what.as_str())
+            .collect();
+        let expected: &[&str] = if workspaces.unified {
+            &[CUBLAS_WORKSPACE]
+        } else if workspaces.cublas_bytes == Some(0) {
+            &[]
+        } else {
+            &[CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE]
+        };
+        assert_eq!(ws, expected, "{what}");
+        // One cuBLASLt matmul per Linear, each with the bias epilogue, and no other kernel than
+        // the inputs and GELU: 2 products per pass, 1 cold + 2 warm-up + 2 timed passes.
+        let calls = log.take();
+        assert_eq!(calls.matches("lt_matmul ").count(), 10, "{what}");
+        assert_eq!(calls.matches("attr=7 size=4 value=4").count(), 10, "{what}");
+        assert_eq!(calls.matches("cublas_create").count(), 1, "{what}");
+        let kernels: std::collections::BTreeSet<&str> = calls
+            .lines()
+            .filter_map(|l| l.strip_prefix("launch "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(kernels.len(), 2, "inputs and GELU only: {kernels:?}");
+        assert!(
+            kernels
+                .iter()
+                .all(|k| k.starts_with("inputs_") || k.starts_with("gelu_"))
+        );
+    }
     println!("CHILD DONE");
 }

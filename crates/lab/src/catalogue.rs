@@ -8,12 +8,19 @@
 //! rows are counted as lines of the file, the header being row 1, so a user can jump straight to
 //! it in an editor.
 //!
-//! `gpu_memory_gib` holds the memory size the vendor publishes for one GPU, as a whole number
-//! (HBM and GDDR sizes are sold in binary units even when a datasheet writes "GB"). It describes
-//! the product; what a runtime reports as usable on a given machine is a little less, and
-//! `iteragpu environment` shows that figure.
+//! Two memory columns describe one GPU. `vendor_memory_gb` is the figure the vendor publishes
+//! ("80 GB", "141 GB"): it names the product. `usable_memory_mib` is what `fit` compares against:
+//! the total device memory a CUDA or ROCm process sees (`cuDeviceTotalMem`,
+//! `hipDeviceProp_t::totalGlobalMem`) in MiB, rounded down, as `torch.cuda.get_device_properties()`
+//! and `deviceQuery` print it and as `iteragpu environment` prints it on the machine itself
+//! (`total memory mib`). It is less than `nvidia-smi`'s `memory.total`, which also counts what the
+//! driver reserves for itself. Each row's `source` says where its figure was observed, or how it
+//! was derived.
+//!
+//! A catalogue file is bounded ([`MAX_CATALOGUE_BYTES`]) and validated in linear time: every
+//! check is a hash lookup or a single pass, so a large file costs what it takes to read.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
@@ -23,17 +30,26 @@ use serde::Serialize;
 use crate::price::PriceError;
 
 /// The columns, in the order the bundled file and `price --list --json` use.
-pub const COLUMNS: [&str; 9] = [
+pub const COLUMNS: [&str; 10] = [
     "gpu",
     "model",
     "gpus_per_lot",
-    "gpu_memory_gib",
+    "vendor_memory_gb",
+    "usable_memory_mib",
     "days",
     "price_cents",
     "currency",
     "snapshot_date",
     "source",
 ];
+
+/// The largest catalogue file read, in bytes (32 MiB: the bundled 45 rows take 11 KB, and 100,000
+/// rows with long sources about 25 MB). A larger file, or an endless one such as `/dev/zero`, is
+/// refused after reading at most this much.
+pub const MAX_CATALOGUE_BYTES: u64 = 32 * 1024 * 1024;
+
+/// The column that `vendor_memory_gb` replaced, recognised so that an old file gets advice.
+const RENAMED_MEMORY_COLUMN: &str = "gpu_memory_gib";
 
 /// The package durations on offer, in days. A catalogue has one row per model for each.
 pub const DURATIONS: [u32; 3] = [3, 7, 30];
@@ -53,8 +69,10 @@ pub struct Tariff {
     pub model: String,
     /// GPUs in one lot; the lot price already covers all of them.
     pub gpus_per_lot: u32,
-    /// The vendor's published memory per GPU (see the module documentation).
-    pub gpu_memory_gib: u32,
+    /// The vendor's published memory per GPU, in the vendor's "GB" (see the module documentation).
+    pub vendor_memory_gb: u32,
+    /// The total memory a CUDA/ROCm process sees on one GPU, in MiB (2^20 bytes), rounded down.
+    pub usable_memory_mib: u64,
     /// Package duration: 3, 7 or 30.
     pub days: u32,
     /// Price of one lot for the whole duration, in whole cents of `currency`.
@@ -97,6 +115,13 @@ pub enum HeaderProblem {
     /// The same column twice.
     #[error("appears more than once; expected each of the columns {} once", COLUMNS.join(","))]
     Duplicate,
+    /// The old name of `vendor_memory_gb`.
+    #[error(
+        "was renamed: it held the vendor's \"GB\" figure, so it is now `vendor_memory_gb`, and \
+         `usable_memory_mib` (the total MiB a CUDA/ROCm process sees) is required beside it; \
+         expected the columns {}", COLUMNS.join(",")
+    )]
+    Renamed,
 }
 
 /// What is wrong with one field of a row.
@@ -229,6 +254,16 @@ pub enum CatalogueError {
         /// The OS error (in the message itself, so one line says everything).
         reason: std::io::Error,
     },
+    /// More than [`MAX_CATALOGUE_BYTES`].
+    #[error(
+        "the catalogue {file} is larger than {} bytes (32 MiB), the largest accepted; expected a \
+         CSV file of tariff rows (the bundled one has 45 rows in 11 KB)",
+        MAX_CATALOGUE_BYTES
+    )]
+    TooLarge {
+        /// Path or name.
+        file: String,
+    },
     /// Nothing (or only blanks and a byte order mark) in the file.
     #[error("the catalogue {file} is empty; expected the header line `{}` followed by one row per GPU model and duration", COLUMNS.join(","))]
     Empty {
@@ -313,6 +348,14 @@ impl Catalogue {
             file: file.clone(),
             reason,
         })?;
+        // A regular file says its size: refuse a large one without reading it. Devices and pipes
+        // do not, and are bounded by the read in `from_reader`.
+        if let Ok(meta) = reader.metadata()
+            && meta.is_file()
+            && meta.len() > MAX_CATALOGUE_BYTES
+        {
+            return Err(CatalogueError::TooLarge { file });
+        }
         Catalogue::from_reader(&file, reader)
     }
 
@@ -322,11 +365,16 @@ impl Catalogue {
         let file = name.to_string();
         let mut bytes = Vec::new();
         reader
+            .by_ref()
+            .take(MAX_CATALOGUE_BYTES + 1)
             .read_to_end(&mut bytes)
             .map_err(|reason| CatalogueError::Read {
                 file: file.clone(),
                 reason,
             })?;
+        if bytes.len() as u64 > MAX_CATALOGUE_BYTES {
+            return Err(CatalogueError::TooLarge { file });
+        }
         let content = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
         if content.iter().all(u8::is_ascii_whitespace) {
             return Err(CatalogueError::Empty { file });
@@ -352,13 +400,7 @@ impl Catalogue {
 
     /// The GPU slugs, each once, in file order.
     pub fn gpus(&self) -> Vec<&str> {
-        let mut seen: Vec<&str> = Vec::new();
-        for row in &self.rows {
-            if !seen.contains(&row.gpu.as_str()) {
-                seen.push(&row.gpu);
-            }
-        }
-        seen
+        first_seen(self.rows.iter().map(|t| t.gpu.as_str()))
     }
 
     /// The package for a GPU slug (case-insensitive) and duration. An unknown GPU is refused with
@@ -378,6 +420,12 @@ impl Catalogue {
             valid: valid.iter().map(|s| s.to_string()).collect(),
         })
     }
+}
+
+/// Each distinct item once, in the order first seen; a hash set keeps it linear.
+fn first_seen<'a>(items: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut seen = HashSet::new();
+    items.filter(|item| seen.insert(*item)).collect()
 }
 
 /// The slug nearest to `wanted`: one that starts with it (`h100` -> `h100-sxm`) if any, else the
@@ -401,7 +449,10 @@ struct Parser {
 
 /// What a numeric column holds, for messages.
 const GPUS_EXPECTED: &str = "a positive whole number of GPUs per lot";
-const MEMORY_EXPECTED: &str = "a positive whole number of GiB per GPU";
+const VENDOR_MEMORY_EXPECTED: &str =
+    "a positive whole number: the vendor's published memory per GPU in GB";
+const USABLE_MEMORY_EXPECTED: &str =
+    "a positive whole number: the MiB a CUDA/ROCm process sees as the GPU's total memory";
 const PRICE_EXPECTED: &str = "a positive whole number of cents";
 
 impl Parser {
@@ -453,11 +504,12 @@ impl Parser {
         let width = header.len();
 
         let mut rows: Vec<Tariff> = Vec::new();
+        let mut lines = LineCounter::default();
         let mut seen: HashMap<(String, u32), u64> = HashMap::new();
         let mut first_of_gpu: HashMap<String, usize> = HashMap::new();
         for record in records {
             let record = record.map_err(|err| self.syntax_error(content, &err))?;
-            let row = line_of(content, record.position());
+            let row = lines.line_of(content, record.position());
             if record.len() > width {
                 return Err(self.field_error(
                     row,
@@ -490,11 +542,17 @@ impl Parser {
                     get("gpus_per_lot")?,
                     GPUS_EXPECTED,
                 )?,
-                gpu_memory_gib: self.positive_u32(
+                vendor_memory_gb: self.positive_u32(
                     row,
-                    "gpu_memory_gib",
-                    get("gpu_memory_gib")?,
-                    MEMORY_EXPECTED,
+                    "vendor_memory_gb",
+                    get("vendor_memory_gb")?,
+                    VENDOR_MEMORY_EXPECTED,
+                )?,
+                usable_memory_mib: self.positive(
+                    row,
+                    "usable_memory_mib",
+                    get("usable_memory_mib")?,
+                    USABLE_MEMORY_EXPECTED,
                 )?,
                 days: self.days(row, get("days")?)?,
                 price_cents: self.positive(
@@ -550,6 +608,9 @@ impl Parser {
         let mut index = HashMap::new();
         for (at, name) in header.iter().enumerate() {
             let Some(known) = COLUMNS.iter().find(|c| **c == name) else {
+                if name == RENAMED_MEMORY_COLUMN {
+                    return Err(fault(name, HeaderProblem::Renamed));
+                }
                 return Err(fault(name, HeaderProblem::Unknown));
             };
             if index.insert(*known, at).is_some() {
@@ -680,7 +741,7 @@ impl Parser {
 
     /// The per-model columns must agree with the model's first row.
     fn consistent(&self, first: &Tariff, this: &Tariff) -> Result<(), CatalogueError> {
-        let pairs: [(&str, String, String); 4] = [
+        let pairs: [(&str, String, String); 5] = [
             ("model", first.model.clone(), this.model.clone()),
             (
                 "gpus_per_lot",
@@ -688,9 +749,14 @@ impl Parser {
                 this.gpus_per_lot.to_string(),
             ),
             (
-                "gpu_memory_gib",
-                first.gpu_memory_gib.to_string(),
-                this.gpu_memory_gib.to_string(),
+                "vendor_memory_gb",
+                first.vendor_memory_gb.to_string(),
+                this.vendor_memory_gb.to_string(),
+            ),
+            (
+                "usable_memory_mib",
+                first.usable_memory_mib.to_string(),
+                this.usable_memory_mib.to_string(),
             ),
             ("currency", first.currency.clone(), this.currency.clone()),
         ];
@@ -711,16 +777,15 @@ impl Parser {
         Ok(())
     }
 
-    /// Every GPU must have every duration.
+    /// Every GPU must have every duration. One pass groups the rows by GPU (a hash map), so the
+    /// check is linear in the number of rows.
     fn complete(&self, rows: &[Tariff]) -> Result<(), CatalogueError> {
-        let mut gpus: Vec<&str> = Vec::new();
+        let mut by_gpu: HashMap<&str, Vec<&Tariff>> = HashMap::new();
         for row in rows {
-            if !gpus.contains(&row.gpu.as_str()) {
-                gpus.push(&row.gpu);
-            }
+            by_gpu.entry(row.gpu.as_str()).or_default().push(row);
         }
-        for gpu in gpus {
-            let of_gpu: Vec<&Tariff> = rows.iter().filter(|t| t.gpu == gpu).collect();
+        for gpu in first_seen(rows.iter().map(|t| t.gpu.as_str())) {
+            let of_gpu = &by_gpu[gpu];
             if let Some(missing) = DURATIONS
                 .iter()
                 .find(|d| !of_gpu.iter().any(|t| t.days == **d))
@@ -737,6 +802,45 @@ impl Parser {
     }
 }
 
+/// [`line_of`] for records met in file order: it counts the line ends between one record and the
+/// next only, so numbering every row of a file is one pass over it, not one pass per row.
+#[derive(Debug, Default)]
+struct LineCounter {
+    /// Bytes already scanned.
+    scanned: usize,
+    /// Line ends in them.
+    line_ends: u64,
+}
+
+impl LineCounter {
+    fn line_of(&mut self, content: &[u8], position: Option<&csv::Position>) -> u64 {
+        let Some(position) = position else {
+            return 0;
+        };
+        let end = record_start(content, position);
+        if end < self.scanned {
+            // Not in file order (the reader never does this): count from the start.
+            return line_of(content, Some(position));
+        }
+        self.line_ends += content[self.scanned..end]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count() as u64;
+        self.scanned = end;
+        self.line_ends + 1
+    }
+}
+
+/// The offset where a record's text starts, past the line ends the CSV reader's position may
+/// point at.
+fn record_start(content: &[u8], position: &csv::Position) -> usize {
+    let mut end = usize::try_from(position.byte()).map_or(content.len(), |b| b.min(content.len()));
+    while end < content.len() && matches!(content[end], b'\r' | b'\n') {
+        end += 1;
+    }
+    end
+}
+
 /// The line (from 1) where a record starts. The CSV reader's own position drifts on CRLF files
 /// (a record seems to start at the LF of the line before), and a row number must match what an
 /// editor shows: so skip line ends at the reported offset, then count the LFs before it.
@@ -744,10 +848,7 @@ fn line_of(content: &[u8], position: Option<&csv::Position>) -> u64 {
     let Some(position) = position else {
         return 0;
     };
-    let mut end = usize::try_from(position.byte()).map_or(content.len(), |b| b.min(content.len()));
-    while end < content.len() && matches!(content[end], b'\r' | b'\n') {
-        end += 1;
-    }
+    let end = record_start(content, position);
     content[..end].iter().filter(|b| **b == b'\n').count() as u64 + 1
 }
 
@@ -792,15 +893,14 @@ mod tests {
         Catalogue::from_reader("test.csv", text.as_bytes())
     }
 
-    const HEADER: &str =
-        "gpu,model,gpus_per_lot,gpu_memory_gib,days,price_cents,currency,snapshot_date,source";
+    const HEADER: &str = "gpu,model,gpus_per_lot,vendor_memory_gb,usable_memory_mib,days,price_cents,currency,snapshot_date,source";
 
     /// A valid two-model catalogue; row 2 is b200 3 days.
     fn small() -> String {
         let mut s = format!("{HEADER}\n");
         for (gpu, model, lot, mem, base) in [
-            ("b200", "NVIDIA B200", 2, 180, 100_000u64),
-            ("l4", "NVIDIA L4", 1, 24, 5_000),
+            ("b200", "NVIDIA B200", 2, "180,182631", 100_000u64),
+            ("l4", "NVIDIA L4", 1, "24,22478", 5_000),
         ] {
             for (i, d) in DURATIONS.iter().enumerate() {
                 s.push_str(&format!(
@@ -827,6 +927,13 @@ mod tests {
                 let t = c.find(gpu, d).unwrap();
                 assert!(t.is_example(), "{t}");
                 assert_eq!(t.currency, "USD");
+                // Every usable figure says where it comes from, in its own row.
+                let said = format!("usable memory: {} MiB ", t.usable_memory_mib);
+                assert!(t.source.contains(&said), "{t}: {}", t.source);
+                assert!(
+                    t.source.contains("observed") || t.source.contains("DERIVED"),
+                    "{t}"
+                );
             }
         }
         assert_eq!(c.find("b200", 7).unwrap().gpus_per_lot, 2);
@@ -900,7 +1007,7 @@ mod tests {
     fn missing_duration_is_refused() {
         let text: String = small()
             .lines()
-            .filter(|l| !l.starts_with("l4,NVIDIA L4,1,24,30,"))
+            .filter(|l| !l.starts_with("l4,NVIDIA L4,1,24,22478,30,"))
             .map(|l| format!("{l}\n"))
             .collect();
         let err = message(&text);
@@ -913,7 +1020,7 @@ mod tests {
     #[test]
     fn duplicate_row_is_refused() {
         let mut text = small();
-        text.push_str("b200,NVIDIA B200,2,180,7,1,USD,2026-11-29,example price\n");
+        text.push_str("b200,NVIDIA B200,2,180,182631,7,1,USD,2026-11-29,example price\n");
         assert_eq!(
             message(&text),
             "the catalogue test.csv, row 8, column `days`: duplicates row 3: `b200` for 7 days is already priced there; expected one row per GPU and duration"
@@ -949,24 +1056,52 @@ mod tests {
     fn bad_fields_are_refused() {
         let cases = [
             (
-                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,NVIDIA B200,2,180,5,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,2,180,182631,5,",
+                    1,
+                ),
                 "row 2, column `days`: `5` days is not an offered duration; expected 3, 7 or 30",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,3,", "B 200,NVIDIA B200,2,180,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "B 200,NVIDIA B200,2,180,182631,3,",
+                    1,
+                ),
                 "row 2, column `gpu`: `B 200` is not a GPU slug",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,,2,180,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,,2,180,182631,3,",
+                    1,
+                ),
                 "row 2, column `model`: is empty",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,NVIDIA B200,0,180,3,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,0,180,182631,3,",
+                    1,
+                ),
                 "row 2, column `gpus_per_lot`: `0` is zero",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,3,", "b200,NVIDIA B200,2,18.5,3,", 1),
-                "row 2, column `gpu_memory_gib`: `18.5` is not a whole number",
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,2,18.5,182631,3,",
+                    1,
+                ),
+                "row 2, column `vendor_memory_gb`: `18.5` is not a whole number",
+            ),
+            (
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,3,",
+                    "b200,NVIDIA B200,2,180,0,3,",
+                    1,
+                ),
+                "row 2, column `usable_memory_mib`: `0` is zero; expected a positive whole number: the MiB a CUDA/ROCm process sees",
             ),
             (
                 small().replacen("USD,2026-11-29", "usd,2026-11-29", 1),
@@ -981,16 +1116,36 @@ mod tests {
                 "row 2, column `source`: is empty",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,7,", "b200,NVIDIA B300,2,180,7,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B300,2,180,182631,7,",
+                    1,
+                ),
                 "row 3, column `model`: `NVIDIA B300` differs from `NVIDIA B200` on row 2 for GPU `b200`",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,7,", "b200,NVIDIA B200,1,180,7,", 1),
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B200,1,180,182631,7,",
+                    1,
+                ),
                 "row 3, column `gpus_per_lot`: `1` differs from `2` on row 2",
             ),
             (
-                small().replacen("b200,NVIDIA B200,2,180,7,", "b200,NVIDIA B200,2,192,7,", 1),
-                "row 3, column `gpu_memory_gib`: `192` differs from `180` on row 2",
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B200,2,192,182631,7,",
+                    1,
+                ),
+                "row 3, column `vendor_memory_gb`: `192` differs from `180` on row 2",
+            ),
+            (
+                small().replacen(
+                    "b200,NVIDIA B200,2,180,182631,7,",
+                    "b200,NVIDIA B200,2,180,182630,7,",
+                    1,
+                ),
+                "row 3, column `usable_memory_mib`: `182630` differs from `182631` on row 2",
             ),
             (
                 small().replacen("200000,USD", "200000,EUR", 1),
@@ -998,11 +1153,11 @@ mod tests {
             ),
             (
                 small().replacen(",example price\n", "\n", 1),
-                "row 2, column `source`: is missing (the row has 8 fields, the header 9)",
+                "row 2, column `source`: is missing (the row has 9 fields, the header 10)",
             ),
             (
                 small().replacen(",example price\n", ",example price,x\n", 1),
-                "row 2, column `#10`: is extra (the row has 10 fields, the header 9)",
+                "row 2, column `#11`: is extra (the row has 11 fields, the header 10)",
             ),
         ];
         for (text, says) in cases {
@@ -1029,7 +1184,7 @@ mod tests {
         let mut reordered = String::new();
         for line in small().lines() {
             let mut f: Vec<&str> = line.split(',').collect();
-            f.swap(0, 8);
+            f.swap(0, 9);
             reordered.push_str(&f.join(","));
             reordered.push('\n');
         }
@@ -1037,6 +1192,109 @@ mod tests {
             load(&reordered).unwrap().rows(),
             load(&small()).unwrap().rows()
         );
+    }
+
+    #[test]
+    fn the_old_memory_column_gets_advice() {
+        let old = small().replacen("vendor_memory_gb,usable_memory_mib", "gpu_memory_gib", 1);
+        let err = message(&old);
+        assert!(
+            err.starts_with(
+                "the catalogue test.csv, row 1 (header), column `gpu_memory_gib`: was renamed"
+            ),
+            "{err}"
+        );
+        assert!(
+            err.contains("`vendor_memory_gb`") && err.contains("`usable_memory_mib`"),
+            "{err}"
+        );
+    }
+
+    /// `price --catalogue /dev/zero` read 3.2 GB before this bound: now a reader that never ends
+    /// is refused after MAX_CATALOGUE_BYTES + 1 bytes.
+    #[test]
+    fn an_endless_catalogue_is_refused_at_the_bound() {
+        /// Zeros without end, counting what was taken.
+        struct Zeros<'a>(&'a mut u64);
+        impl Read for Zeros<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                buf.fill(0);
+                *self.0 += buf.len() as u64;
+                Ok(buf.len())
+            }
+        }
+        let mut read = 0u64;
+        let err = Catalogue::from_reader("zero", Zeros(&mut read)).unwrap_err();
+        assert!(matches!(err, CatalogueError::TooLarge { .. }), "{err}");
+        assert_eq!(
+            err.to_string(),
+            "the catalogue zero is larger than 33554432 bytes (32 MiB), the largest accepted; \
+             expected a CSV file of tariff rows (the bundled one has 45 rows in 11 KB)"
+        );
+        assert_eq!(read, MAX_CATALOGUE_BYTES + 1);
+    }
+
+    #[test]
+    fn a_large_file_is_refused_without_reading_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.csv");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_CATALOGUE_BYTES + 1).unwrap();
+        let err = Catalogue::from_path(&path).unwrap_err();
+        assert!(matches!(err, CatalogueError::TooLarge { .. }), "{err}");
+        // Exactly at the bound is read (and then judged on its content).
+        file.set_len(MAX_CATALOGUE_BYTES).unwrap();
+        assert!(!matches!(
+            Catalogue::from_path(&path),
+            Err(CatalogueError::TooLarge { .. })
+        ));
+    }
+
+    /// Row numbers of a long file come from one pass: the line counter must agree with counting
+    /// from the start for every row, CRLF and quoted line breaks included.
+    #[test]
+    fn incremental_line_numbers_match_counting_from_the_start() {
+        let text = small()
+            .replacen("example price\n", "\"example\nprice\"\n", 1)
+            .replace('\n', "\r\n");
+        let content = text.as_bytes();
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .from_reader(content);
+        let mut counter = LineCounter::default();
+        let mut lines = Vec::new();
+        for record in reader.records() {
+            let record = record.unwrap();
+            let incremental = counter.line_of(content, record.position());
+            assert_eq!(incremental, line_of(content, record.position()));
+            lines.push(incremental);
+        }
+        assert_eq!(lines, [1, 2, 4, 5, 6, 7, 8]);
+    }
+
+    /// Validation is linear: the completeness check groups rows with a hash map. A catalogue of
+    /// many GPUs, the last one incomplete, names that GPU and its rows.
+    #[test]
+    fn many_gpus_are_checked_by_hash_lookups() {
+        let mut text = format!("{HEADER}\n");
+        for g in 0..2000 {
+            for d in DURATIONS {
+                text.push_str(&format!(
+                    "g{g},G {g},1,80,81000,{d},100,USD,2026-11-29,example\n"
+                ));
+            }
+        }
+        text.push_str("last,Last,1,80,81000,3,100,USD,2026-11-29,example\n");
+        let err = message(&text);
+        assert_eq!(
+            err,
+            "the catalogue test.csv, rows 6002, column `days`: GPU `last` has no 7-day row; expected rows for 3, 7 and 30 days for every GPU"
+        );
+        let (head, _) = text.rsplit_once("last,").unwrap();
+        let c = load(head).unwrap();
+        assert_eq!(c.gpus().len(), 2000);
+        assert_eq!(c.gpus()[1999], "g1999");
     }
 
     #[test]

@@ -8,6 +8,8 @@
 use crate::alloc::Stats;
 use crate::dtype::DType;
 use crate::environment::Environment;
+use crate::measure::document::Phase;
+use crate::workspaces::MemoryPolicy;
 
 /// A live tensor on a device: a row-major matrix of `rows x cols` elements of `dtype`.
 ///
@@ -80,6 +82,15 @@ pub enum DeviceError {
     Backend(String),
 }
 
+/// The math of a GPU's products, in words: float32 accumulation; TF32 only when allowed.
+pub fn gpu_math_mode(dtype: DType, allow_tf32: bool) -> String {
+    match (dtype, allow_tf32) {
+        (DType::Float32, false) => "float32 products in strict float32 (no TF32)".to_string(),
+        (DType::Float32, true) => "float32 products may use TF32 (--allow-tf32)".to_string(),
+        (d, _) => format!("{d} storage, float32 accumulation"),
+    }
+}
+
 /// A device the phase runner can drive.
 ///
 /// Operations may be asynchronous; the runner calls [`Device::synchronize`] where the protocol
@@ -91,11 +102,7 @@ pub trait Device {
 
     /// The arithmetic products use, in words, for the document's `configuration.math_mode`.
     fn math_mode(&self, dtype: DType, allow_tf32: bool) -> String {
-        match (dtype, allow_tf32) {
-            (DType::Float32, false) => "float32 products in strict float32 (no TF32)".to_string(),
-            (DType::Float32, true) => "float32 products may use TF32 (--allow-tf32)".to_string(),
-            (d, _) => format!("{d} storage, float32 accumulation"),
-        }
+        gpu_math_mode(dtype, allow_tf32)
     }
 
     /// Bytes the pre-flight check may plan for: what the device says is free. The default
@@ -104,9 +111,18 @@ pub trait Device {
         Ok(self.device_memory()?.map(|m| m.free_bytes))
     }
 
-    /// Bytes of cuBLAS-like workspace the device will allocate through its allocator on the first
-    /// product (0 when it needs none), so the pre-flight estimate can include it.
-    fn workspace_bytes(&self) -> u64;
+    /// The allocator policy and the library workspaces the device allocates through its
+    /// allocator on the first product (none for a device without a BLAS library), recorded in the
+    /// document and replayed by the pre-flight estimate.
+    fn memory_policy(&self) -> MemoryPolicy;
+
+    /// Called by the runner as each phase starts, before its peaks are reset; a device that
+    /// labels its allocation sequence by phase (the pre-flight plan) takes note. Nothing else
+    /// needs it.
+    fn phase_started(&mut self, _phase: Phase, _index: usize) {}
+
+    /// Called by the runner once a phase's end counters are read (not for a phase that fails).
+    fn phase_finished(&mut self) {}
 
     /// Waits until all queued work has finished.
     fn synchronize(&mut self) -> Result<(), DeviceError>;

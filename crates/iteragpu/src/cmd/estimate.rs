@@ -1,11 +1,16 @@
-//! `iteragpu estimate`: the bytes the weights of a model occupy, and nothing more.
+//! `iteragpu estimate`: the bytes the weights of a model occupy; with `--model`, the exact count
+//! from the model's own files, and on request the KV cache and fine-tuning states.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lab::estimate::{Estimate, estimate, parse_bits, parse_reserve_gib};
+use lab::estimate::{parse_bits, parse_reserve_gib};
+use lab::memory::{MemoryEstimate, MemoryOptions, ModelFacts, memory};
 use lab::units::parse_parameters;
 use rust_decimal::Decimal;
+use serde::Serialize;
 
 use crate::output;
 
@@ -14,89 +19,374 @@ Examples:
   iteragpu estimate --parameters 7000000000 --bits 16 --reserve-gib 4
   iteragpu estimate --parameters 70B --bits 4
   iteragpu estimate --parameters 1.5T --bits 8 --json
+  iteragpu estimate --model data/models/llama-3.1-8b --context 8192 --batch 4
+  iteragpu estimate --model path/to/model-folder            (reads safetensors headers only)
+  iteragpu estimate --model data/models/qwen2.5-7b --bits 4 --group-size 128
+  iteragpu estimate --model data/models/llama-3.2-3b --training adam
 
-Bytes per parameter are ceil(bits / 8): 4-bit weights count one whole byte each here.
+Bytes per parameter are ceil(bits / 8): 4-bit weights count one whole byte each in weight bytes;
+with bits not a multiple of 8, the packed size ceil(parameters x bits / 8) is given beside it.
+--model takes a model folder (config.json and/or *.safetensors, sharded or not) or a config.json:
+with safetensors files the count and bytes are exact from their headers (the tensor data is never
+read); with config.json alone the count comes from the architecture's formula.
 GiB = 2^30 bytes, GB = 10^9 bytes, both rounded half to even at 4 decimals.
-Not included: activations, KV cache, quantisation metadata, gradients, optimizer state,
-runtime libraries and CUDA context. An estimate is not a guarantee that a model fits.";
+Not included unless asked: activations, KV cache (--context), quantisation metadata
+(--group-size), gradients and optimizer state (--training adam), runtime libraries and CUDA
+context. An estimate is not a guarantee that a model fits: `iteragpu fit` checks the catalogue.";
 
 /// Options of `estimate`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = EXAMPLES)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["parameters", "model"])))]
 pub struct Args {
     /// Number of parameters: 7000000000, 7e9, 7_000_000_000, 7B, 70M, 1.5T or 1.5k. The value
     /// must be a whole number (1.5B is fine, 1.5 is not).
-    #[arg(long, value_name = "N", value_parser = parse_parameters, allow_hyphen_values = true)]
-    pub parameters: u64,
+    #[arg(long, value_name = "N", value_parser = parse_parameters, allow_hyphen_values = true,
+          requires = "bits")]
+    pub parameters: Option<u64>,
+
+    /// A model folder (config.json, *.safetensors, model.safetensors.index.json) or a config.json.
+    #[arg(long, value_name = "PATH", conflicts_with = "parameters")]
+    pub model: Option<PathBuf>,
 
     /// Storage width in bits per parameter, 1 to 64 (16 for float16/bfloat16, 8 for int8, 4 for
-    /// int4), rounded up to whole bytes.
+    /// int4), rounded up to whole bytes. With --model it defaults to the stored width.
     #[arg(long, value_name = "B", value_parser = parse_bits, allow_hyphen_values = true)]
-    pub bits: u32,
+    pub bits: Option<u32>,
 
     /// Memory to set aside on top of the weights, in GiB (a non-negative decimal, at most 4
     /// decimal places). It is your assumption, printed as such, never a measurement.
     #[arg(long, value_name = "R", value_parser = parse_reserve_gib, allow_hyphen_values = true)]
     pub reserve_gib: Option<Decimal>,
 
+    #[command(flatten)]
+    pub memory: MemoryArgs,
+
     /// Print one JSON document instead of text (decimals as strings).
     #[arg(long)]
     pub json: bool,
 }
 
+/// The options shared by `estimate` and `fit` beyond the weights.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MemoryArgs {
+    /// Quantisation scales: one scale per group of G parameters (needs --bits), stated as an
+    /// assumption.
+    #[arg(long, value_name = "G", value_parser = parse_positive)]
+    pub group_size: Option<u64>,
+
+    /// Width of one quantisation scale in bits (with --group-size).
+    #[arg(long, value_name = "BITS", default_value_t = 16, value_parser = parse_bits,
+          requires = "group_size")]
+    pub scale_bits: u32,
+
+    /// Tokens per sequence held in the KV cache (needs the model's config.json).
+    #[arg(long, value_name = "N", value_parser = parse_positive)]
+    pub context: Option<u64>,
+
+    /// Sequences held in the KV cache at once (with --context).
+    #[arg(long, value_name = "B", default_value_t = 1, value_parser = parse_positive,
+          requires = "context")]
+    pub batch: u64,
+
+    /// Width of one cached key or value element in bits (default: the model's stored width).
+    #[arg(long, value_name = "BITS", value_parser = parse_bits, requires = "context")]
+    pub kv_bits: Option<u32>,
+
+    /// Add fine-tuning memory: `adam` (mixed precision: gradients, float32 master weights and
+    /// two Adam moments, each line labelled).
+    #[arg(long, value_name = "OPTIMIZER", value_parser = ["adam"])]
+    pub training: Option<String>,
+}
+
+/// A positive whole number written in digits.
+fn parse_positive(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(v) if v > 0 && text.trim().bytes().all(|b| b.is_ascii_digit()) => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not accepted; expected a positive whole number written in digits"
+        )),
+    }
+}
+
+/// The JSON of `estimate --model`: the estimate's keys plus the model's.
+#[derive(Debug, Serialize)]
+pub struct ModelEstimate {
+    /// The path as given.
+    pub model: String,
+    /// The architecture's class name, when config.json names one.
+    pub architecture: Option<String>,
+    /// `safetensors` or `config`.
+    pub parameters_source: model::ParametersSource,
+    /// Parameters per token (mixture of experts), else equal to parameters.
+    pub active_parameters: u64,
+    /// Stored bytes per safetensors dtype (empty from config.json alone).
+    pub weight_bytes_by_dtype: BTreeMap<String, u64>,
+    /// The estimate.
+    #[serde(flatten)]
+    pub estimate: MemoryEstimate,
+}
+
+/// A model read for `estimate` or `fit`, with the facts the arithmetic needs.
+pub struct LoadedModel {
+    /// What the model crate read.
+    pub model: model::Model,
+    /// The same, for `lab::memory`.
+    pub facts: ModelFacts,
+    /// Sentences about the model's own structure (experts, sliding windows).
+    pub notes: Vec<String>,
+}
+
+/// Reads a model folder; any fault is a data fault (exit 1) named by file.
+pub fn load(path: &std::path::Path, context: Option<u64>) -> anyhow::Result<LoadedModel> {
+    let m = model::inspect(path)?;
+    let attention = m.architecture.as_ref().map(|a| a.attention.clone());
+    let mut notes = Vec::new();
+    if let Some(a) = &m.architecture
+        && let Some((experts, per_token)) = a.experts
+    {
+        notes.push(format!(
+            "mixture of experts: all {experts} experts of every layer are held in memory; \
+             {per_token} run per token ({} of {} parameters active), which saves compute, not \
+             memory",
+            m.active_parameters, m.parameters
+        ));
+    }
+    if let (Some(att), Some(c)) = (&attention, context)
+        && let Some(w) = att.sliding_window
+        && w.window < c
+    {
+        notes.push(format!(
+            "sliding window: {} of {} layers attend to the last {} tokens only; an engine that \
+             exploits it caches at most {} tokens there, but this KV figure counts all {c} tokens \
+             in every layer",
+            w.layers, att.layers, w.window, w.window
+        ));
+    }
+    if m.architecture.as_ref().is_some_and(|a| a.quantized) {
+        notes.push(
+            "config.json declares a quantization_config: with safetensors the stored bytes are \
+             exact; from config alone, pass --bits for the quantised width"
+                .to_string(),
+        );
+    }
+    let facts = ModelFacts {
+        parameters: m.parameters,
+        active_parameters: m.active_parameters,
+        stored_weight_bytes: m.stored_weight_bytes(),
+        native_bits: m.native_bits(),
+        kv_elements_per_token: attention
+            .as_ref()
+            .map(model::Attention::kv_elements_per_token),
+    };
+    Ok(LoadedModel {
+        model: m,
+        facts,
+        notes,
+    })
+}
+
+/// The lab options from the command line.
+pub fn memory_options(bits: Option<u32>, reserve: Decimal, m: &MemoryArgs) -> MemoryOptions {
+    MemoryOptions {
+        bits,
+        group_size: m.group_size,
+        scale_bits: m.scale_bits,
+        context: m.context,
+        batch: m.batch,
+        kv_bits: m.kv_bits,
+        training: m.training.is_some(),
+        reserve_gib: reserve,
+    }
+}
+
 /// Runs `estimate`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let reserve = args.reserve_gib.unwrap_or(Decimal::ZERO);
-    let e = estimate(args.parameters, args.bits, reserve)
-        .map_err(|err| crate::exit::usage(err.to_string()))?;
-    if args.json {
-        output::print_json(&e)?;
-    } else {
-        output::print_text(&render(&e, args.reserve_gib.is_some()))?;
+    let options = memory_options(args.bits, reserve, &args.memory);
+    let usage = |err: lab::memory::MemoryError| crate::exit::usage(err.to_string());
+    match &args.model {
+        None => {
+            let parameters = args.parameters.unwrap_or_default();
+            let facts = ModelFacts {
+                parameters,
+                active_parameters: parameters,
+                ..ModelFacts::default()
+            };
+            if args.memory.context.is_some() {
+                return Err(usage(lab::memory::MemoryError::NoGeometry));
+            }
+            let e = memory(&facts, &options).map_err(usage)?;
+            if args.json {
+                if options == plain(args.bits, reserve) && e.packed_weight_bytes.is_none() {
+                    output::print_json(&e.base)?;
+                } else {
+                    output::print_json(&e)?;
+                }
+            } else {
+                output::print_text(&render(&e, args.reserve_gib.is_some(), None, &[]))?;
+            }
+        }
+        Some(path) => {
+            let loaded = load(path, args.memory.context)?;
+            let e = memory(&loaded.facts, &options).map_err(usage)?;
+            let doc = ModelEstimate {
+                model: path.display().to_string(),
+                architecture: loaded.model.architecture_name.clone(),
+                parameters_source: loaded.model.source,
+                active_parameters: loaded.model.active_parameters,
+                weight_bytes_by_dtype: loaded.model.weight_bytes_by_dtype.clone(),
+                estimate: e,
+            };
+            if args.json {
+                output::print_json(&doc)?;
+            } else {
+                output::print_text(&render(
+                    &doc.estimate,
+                    args.reserve_gib.is_some(),
+                    Some(&doc),
+                    &loaded.notes,
+                ))?;
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// The options of the original `estimate --parameters N --bits B [--reserve-gib R]`, whose JSON
+/// stays exactly the original's keys.
+fn plain(bits: Option<u32>, reserve: Decimal) -> MemoryOptions {
+    MemoryOptions {
+        bits,
+        reserve_gib: reserve,
+        ..MemoryOptions::default()
+    }
+}
+
 /// The human report.
-fn render(e: &Estimate, reserve_given: bool) -> String {
+fn render(
+    e: &MemoryEstimate,
+    reserve_given: bool,
+    model: Option<&ModelEstimate>,
+    notes: &[String],
+) -> String {
+    let b = &e.base;
     let mut s = String::new();
-    let _ = writeln!(s, "Weight estimate (the weights only)");
-    let _ = writeln!(s, "  parameters          {}", e.parameters);
+    let model_lines = model.is_some()
+        || e.kv_cache_bytes.is_some()
+        || e.training.is_some()
+        || e.packed_weight_bytes.is_some()
+        || e.quantisation_metadata_bytes.is_some();
+    if model_lines {
+        let _ = writeln!(s, "Memory estimate");
+    } else {
+        let _ = writeln!(s, "Weight estimate (the weights only)");
+    }
+    if let Some(m) = model {
+        let _ = writeln!(s, "  model               {}", m.model);
+        let _ = writeln!(
+            s,
+            "  architecture        {}",
+            m.architecture
+                .as_deref()
+                .unwrap_or("not named by a config.json")
+        );
+        let _ = writeln!(
+            s,
+            "  parameters from     {}",
+            match m.parameters_source {
+                model::ParametersSource::Safetensors => "the safetensors headers (exact)",
+                model::ParametersSource::Config => "config.json and the architecture's formula",
+            }
+        );
+    }
+    let _ = writeln!(s, "  parameters          {}", b.parameters);
+    if let Some(m) = model
+        && m.active_parameters != b.parameters
+    {
+        let _ = writeln!(s, "  active per token    {}", m.active_parameters);
+    }
+    if let Some(m) = model {
+        for (dtype, bytes) in &m.weight_bytes_by_dtype {
+            let _ = writeln!(s, "  stored {dtype:<12} {bytes} bytes");
+        }
+    }
     let _ = writeln!(
         s,
         "  bits per parameter  {} -> {} byte{} per parameter (ceil({} / 8))",
-        e.bits,
-        e.bytes_per_parameter,
-        if e.bytes_per_parameter == 1 { "" } else { "s" },
-        e.bits
+        b.bits,
+        b.bytes_per_parameter,
+        if b.bytes_per_parameter == 1 { "" } else { "s" },
+        b.bits
     );
-    let _ = writeln!(s, "  weight bytes        {}", e.weight_bytes);
-    let _ = writeln!(s, "  weight GiB (2^30)   {}", e.weight_gib);
-    let _ = writeln!(s, "  weight GB (10^9)    {}", e.weight_gb);
+    let _ = writeln!(s, "  weight bytes        {}", b.weight_bytes);
+    let _ = writeln!(s, "  weight GiB (2^30)   {}", b.weight_gib);
+    let _ = writeln!(s, "  weight GB (10^9)    {}", b.weight_gb);
+    if let Some(p) = e.packed_weight_bytes {
+        let _ = writeln!(
+            s,
+            "  packed weight bytes {p} (ceil(parameters x {} / 8))",
+            b.bits
+        );
+    }
+    if let Some(q) = e.quantisation_metadata_bytes {
+        let _ = writeln!(s, "  scales (assumed)    {q} bytes");
+    }
+    if let (Some(per), Some(bits)) = (e.kv_cache_bytes_per_token, e.kv_bits) {
+        let _ = writeln!(
+            s,
+            "  KV cache per token  {per} bytes ({bits}-bit keys and values)"
+        );
+    }
+    if let (Some(kv), Some(c)) = (e.kv_cache_bytes, e.context) {
+        let _ = writeln!(
+            s,
+            "  KV cache            {kv} bytes ({c} tokens x {} sequence{})",
+            e.batch,
+            if e.batch == 1 { "" } else { "s" }
+        );
+    }
+    if let Some(t) = &e.training {
+        let _ = writeln!(s, "  training: adam, mixed precision");
+        let _ = writeln!(s, "    weights              {}", t.weights_bytes);
+        let _ = writeln!(s, "    gradients            {}", t.gradients_bytes);
+        let _ = writeln!(s, "    float32 master copy  {}", t.master_weights_bytes);
+        let _ = writeln!(s, "    Adam first moment    {}", t.adam_first_moment_bytes);
+        let _ = writeln!(s, "    Adam second moment   {}", t.adam_second_moment_bytes);
+    }
+    if model_lines {
+        let _ = writeln!(s, "  total bytes         {}", e.total_bytes);
+    }
+    let what = if model_lines { "model" } else { "weights" };
     if reserve_given {
         let _ = writeln!(
             s,
             "  reserve (assumed)   {} GiB (your assumption, not measured)",
-            e.reserve_gib
+            b.reserve_gib
         );
         let _ = writeln!(
             s,
-            "  total               {} GiB (weights + reserve)",
-            e.total_gib
+            "  total               {} GiB ({what} + reserve)",
+            b.total_gib
         );
     } else {
         let _ = writeln!(s, "  reserve (assumed)   none (--reserve-gib R adds one)");
-        let _ = writeln!(
-            s,
-            "  total               {} GiB (weights only)",
-            e.total_gib
-        );
+        let _ = writeln!(s, "  total               {} GiB ({what} only)", b.total_gib);
     }
     let _ = writeln!(s);
-    let _ = writeln!(s, "Not included: {}.", e.excluded.join(", "));
+    for line in e.assumptions.iter().chain(notes) {
+        let _ = writeln!(s, "Assumed: {line}.");
+    }
+    let _ = writeln!(s, "Not included: {}.", b.excluded.join(", "));
     let _ = writeln!(
         s,
-        "This is arithmetic on the weights, not a guarantee that a model fits on a GPU."
+        "This is arithmetic on the {}, not a guarantee that a model fits on a GPU{}.",
+        if model_lines { "model" } else { "weights" },
+        if model_lines {
+            " (`iteragpu fit` checks the catalogue)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         s,

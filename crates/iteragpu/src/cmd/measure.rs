@@ -1,7 +1,7 @@
 //! `iteragpu measure`: the bounded measurement of the synthetic model, written to a new file.
 
-use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
@@ -12,9 +12,11 @@ use lab::dtype::DType;
 use lab::files;
 use lab::measure::config::{MeasureOptions, Plan};
 use lab::measure::document::{MeasurementDocument, PhaseRow, Preflight};
-use lab::measure::preflight;
+use lab::measure::preflight::{self, PlanReport};
 use lab::measure::runner::{self, Mode, Progress, RunInfo};
 use lab::tool::ToolInfo;
+use lab::workspaces::{MemoryPolicy, WorkspaceOptions, parse_cublas_workspace_config};
+use lab_cuda::{CudaOptions, KernelChoice};
 
 use crate::exit::usage;
 use crate::output;
@@ -28,9 +30,14 @@ Examples:
   iteragpu measure --device cuda:0 --batch 2 --context 128 --width 1024 --dtype bfloat16 \\
       --warmup 3 --repeats 5 --output run.json
   iteragpu measure --device cpu --batch 1 --context 16 --width 64 --output cpu-reference.json
+  iteragpu measure --plan --device cuda --compute-capability 9.0 --batch 8 --context 4096 \
+      --width 8192 --dtype bfloat16
 
 Raise one dimension at a time and watch the free memory. `allocated` is part of `reserved`:
-never add them, and never subtract peaks to infer a cache. Exit codes: 0 complete run, 1 the run
+never add them, and never subtract peaks to infer a cache. The counters mirror torch 2.11's
+caching allocator, with the two library workspaces torch allocates on the first product (cuBLAS:
+32 MiB on compute capability 9.0, 8519680 bytes elsewhere; cuBLASLt: 1 MiB); --plan prints them,
+phase by phase, without opening any device. Exit codes: 0 complete run (or a plan), 1 the run
 failed or its numerical check failed (the file is still written, with `complete: false`), 2 bad
 options, an existing --output, or no usable GPU (nothing is written).")]
 pub struct Args {
@@ -62,9 +69,18 @@ pub struct Args {
     #[arg(long, value_parser = parse_max_memory, value_name = "BYTES")]
     pub max_memory: Option<u64>,
     /// The JSON document to create; it must not exist yet.
-    #[arg(long)]
-    pub output: PathBuf,
-    /// Print the document on stdout instead of the summary table.
+    #[arg(long, required_unless_present = "plan", conflicts_with = "plan")]
+    pub output: Option<PathBuf>,
+    /// Open no device: print the run's allocation sequence and the counters every phase row
+    /// would show (the pre-flight replay), for `--device cpu`, or `--device cuda` with
+    /// `--compute-capability`.
+    #[arg(long, conflicts_with_all = ["max_memory", "max_memory_fraction"])]
+    pub plan: bool,
+    /// With --plan --device cuda: the GPU's compute capability, MAJOR.MINOR (9.0 for an H100 or
+    /// H200, 8.0 for an A100, 10.0 for a B200); it decides the default cuBLAS workspace.
+    #[arg(long, value_parser = parse_compute_capability, value_name = "MAJOR.MINOR")]
+    pub compute_capability: Option<(i32, i32)>,
+    /// Print the document (or the plan) on stdout as JSON instead of the summary table.
     #[arg(long)]
     pub json: bool,
 }
@@ -87,6 +103,23 @@ pub struct RunOptions {
     /// Let float32 products use TF32 on GPUs that have it (recorded; no effect on the CPU).
     #[arg(long)]
     pub allow_tf32: bool,
+    /// GPU: the cuBLAS workspace, as PyTorch's CUBLAS_WORKSPACE_CONFIG (`:4096:8`) or in bytes
+    /// (`32MiB`, `0`) [default: torch 2.11's: 32 MiB on compute capability 9.0, 8519680 bytes
+    /// elsewhere].
+    #[arg(long, value_parser = parse_cublas_workspace, value_name = "BYTES|:KIB:COUNT")]
+    pub cublas_workspace: Option<u64>,
+    /// GPU: the cuBLASLt workspace, as PyTorch's CUBLASLT_WORKSPACE_SIZE but in bytes (`1MiB`,
+    /// `0`) [default: torch 2.11's 1 MiB].
+    #[arg(long, value_parser = parse_workspace_bytes, value_name = "BYTES")]
+    pub cublaslt_workspace: Option<u64>,
+    /// GPU: cuBLASLt uses the cuBLAS workspace instead of its own, as
+    /// TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 does (torch 2.11's default is separate).
+    #[arg(long)]
+    pub cublaslt_unified_workspace: bool,
+    /// GPU: how the kernels reach the device: `auto` (the cubin for the GPU, else the PTX),
+    /// `cubin` (never the JIT), `ptx` (always the driver's JIT, to check that path).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cubin", "ptx"], value_name = "FORM")]
+    pub kernel_form: String,
 }
 
 impl RunOptions {
@@ -105,8 +138,99 @@ impl RunOptions {
         if self.allow_tf32 {
             a.push("--allow-tf32".to_string());
         }
+        if let Some(b) = self.cublas_workspace {
+            a.extend(["--cublas-workspace".to_string(), b.to_string()]);
+        }
+        if let Some(b) = self.cublaslt_workspace {
+            a.extend(["--cublaslt-workspace".to_string(), b.to_string()]);
+        }
+        if self.cublaslt_unified_workspace {
+            a.push("--cublaslt-unified-workspace".to_string());
+        }
+        if self.kernel_form != "auto" {
+            a.extend(["--kernel-form".to_string(), self.kernel_form.clone()]);
+        }
         a
     }
+
+    /// PyTorch's workspace knobs as given.
+    pub fn workspace_options(&self) -> WorkspaceOptions {
+        WorkspaceOptions {
+            cublas_bytes: self.cublas_workspace,
+            cublaslt_bytes: self.cublaslt_workspace,
+            unified: self.cublaslt_unified_workspace,
+        }
+    }
+
+    /// The CUDA device's options.
+    pub fn cuda_options(&self) -> anyhow::Result<CudaOptions> {
+        Ok(CudaOptions {
+            kernel_form: self
+                .kernel_form
+                .parse::<KernelChoice>()
+                .map_err(|e| usage(format!("--kernel-form: {e}")))?,
+            workspaces: self.workspace_options(),
+        })
+    }
+
+    /// Refuses the GPU-only options for the CPU reference device, which has no BLAS library
+    /// and no kernels to load.
+    pub fn check_cpu(&self) -> anyhow::Result<()> {
+        if !self.workspace_options().is_default() || self.kernel_form != "auto" {
+            return Err(usage(
+                "--cublas-workspace, --cublaslt-workspace, --cublaslt-unified-workspace and \
+                 --kernel-form apply to cuda devices; --device cpu has no BLAS library and no \
+                 kernels to load"
+                    .to_string(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `--cublas-workspace`: PyTorch's `:SIZE:COUNT` syntax (SIZE in KiB) or a byte count.
+pub fn parse_cublas_workspace(text: &str) -> Result<u64, String> {
+    if text.trim_start().starts_with(':') {
+        return parse_cublas_workspace_config(text.trim()).ok_or_else(|| {
+            format!(
+                "`{text}` is not a CUBLAS_WORKSPACE_CONFIG value: expected :SIZE:COUNT pairs with \
+                 SIZE in KiB (:4096:8 is 32 MiB), or a byte count such as 32MiB or 0"
+            )
+        });
+    }
+    parse_workspace_bytes(text)
+}
+
+/// A workspace size in bytes: `0`, or a byte count with an optional binary suffix.
+pub fn parse_workspace_bytes(text: &str) -> Result<u64, String> {
+    if text.trim() == "0" {
+        return Ok(0);
+    }
+    sweep::parse_bytes(text).map_err(|e| match e {
+        sweep::ByteSizeError::Invalid(_) => format!(
+            "`{text}` is not a workspace size: expected 0 or a byte count such as 1048576, 1MiB, \
+             32MiB"
+        ),
+        other => other.to_string(),
+    })
+}
+
+/// `--compute-capability 9.0`.
+pub fn parse_compute_capability(text: &str) -> Result<(i32, i32), String> {
+    let bad = || {
+        format!(
+            "`{text}` is not a compute capability: expected MAJOR.MINOR, such as 9.0 (H100, H200), \
+             8.0 (A100) or 10.0 (B200)"
+        )
+    };
+    let (major, minor) = text.trim().split_once('.').ok_or_else(bad)?;
+    let number = |s: &str| -> Result<i32, String> {
+        if s.is_empty() || s.len() > 3 || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        s.parse().map_err(|_| bad())
+    };
+    Ok((number(major)?, number(minor)?))
 }
 
 /// Starts the stderr sentence of a pre-flight refusal, so that `sweep` can tell "would not fit"
@@ -149,25 +273,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         allow_tf32: args.run.allow_tf32,
     })
     .map_err(|e| usage(e.to_string()))?;
+    if args.plan {
+        return print_plan(&args, &plan);
+    }
+    if args.compute_capability.is_some() {
+        return Err(usage(
+            "--compute-capability only applies to --plan: a device reports its own".to_string(),
+        ));
+    }
+    let Some(output) = args.output.as_deref() else {
+        return Err(usage("--output FILE is required (or --plan)".to_string()));
+    };
     // Refused before any device work: an existing file is never touched.
-    files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
+    files::check_new(output).map_err(|e| usage(e.to_string()))?;
 
     let tool = crate::cmd::environment::tool_info();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let init = Instant::now();
-    let doc = if args.device == "cpu" {
+    if args.device == "cpu" {
+        args.run.check_cpu()?;
         let mut device = CpuDevice::new(tool.clone());
         let device_init_seconds = init.elapsed().as_secs_f64();
-        measure_on(
+        let doc = measure_on(
             &mut device,
             &plan,
             &args,
             tool,
             started_utc,
             device_init_seconds,
-        )?
+        )?;
+        finish(&args, output, &doc)
     } else if let Some(ordinal) = lab_cuda::parse_ordinal(&args.device) {
-        let mut device = match lab_cuda::CudaDevice::open(ordinal, tool.clone()) {
+        let options = args.run.cuda_options()?;
+        let mut device = match lab_cuda::CudaDevice::open(ordinal, tool.clone(), &options) {
             Ok(device) => device,
             // No driver, the toolkit's stub, no device, a wrong ordinal, no cuBLAS: exit 2 and
             // nothing written, never a fallback to the CPU.
@@ -185,21 +323,76 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         let device_init_seconds = init.elapsed().as_secs_f64();
-        measure_on(
+        let doc = measure_on(
             &mut device,
             &plan,
             &args,
             tool,
             started_utc,
             device_init_seconds,
-        )?
+        )?;
+        // The document is on disk (and the summary printed) before the device, its context and
+        // its libraries' handles are torn down: a teardown that fails or crashes cannot lose it.
+        let code = finish(&args, output, &doc);
+        drop(device);
+        code
+    } else {
+        Err(usage(format!(
+            "--device {:?} is not a device: use cuda:N (for example cuda:0) or cpu",
+            args.device
+        )))
+    }
+}
+
+/// `measure --plan`: the allocation sequence and every phase's counters, no device opened.
+fn print_plan(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
+    let o = &plan.options;
+    let report = if args.device == "cpu" {
+        args.run.check_cpu()?;
+        if args.compute_capability.is_some() {
+            return Err(usage(
+                "--compute-capability applies to --device cuda; the CPU reference device has no \
+                 library workspace"
+                    .to_string(),
+            ));
+        }
+        let device = CpuDevice::new(crate::cmd::environment::tool_info());
+        PlanReport::new(
+            plan,
+            "cpu",
+            None,
+            &device.math_mode(o.dtype, o.allow_tf32),
+            device.memory_policy(),
+        )
+    } else if lab_cuda::parse_ordinal(&args.device).is_some() {
+        args.run.cuda_options()?;
+        let Some((major, minor)) = args.compute_capability else {
+            return Err(usage(format!(
+                "--plan --device {} needs --compute-capability MAJOR.MINOR (9.0 for an H100 or \
+                 H200): the cuBLAS workspace, and so the counters, depend on it",
+                args.device
+            )));
+        };
+        PlanReport::new(
+            plan,
+            "cuda",
+            Some((major, minor)),
+            &lab::device::gpu_math_mode(o.dtype, o.allow_tf32),
+            MemoryPolicy::for_gpu(&args.run.workspace_options(), major, minor),
+        )
     } else {
         return Err(usage(format!(
-            "--device {:?} is not a device: use cuda:N (for example cuda:0) or cpu",
+            "--device {:?} is not a device kind to plan for: use cuda (with --compute-capability) \
+             or cpu",
             args.device
         )));
     };
-    finish(&args, &doc)
+    if args.json {
+        output::print_json(&report)?;
+    } else {
+        output::print_text(&crate::summary::plan(&report))?;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Pre-flight, run, and nothing else: the device is already set up.
@@ -211,7 +404,7 @@ fn measure_on<D: Device>(
     started_utc: String,
     device_init_seconds: f64,
 ) -> anyhow::Result<MeasurementDocument> {
-    let needed = preflight::estimate_peak_reserved(plan, device.workspace_bytes());
+    let needed = preflight::estimate_peak_reserved(plan, &device.memory_policy());
     let available = device
         .available_bytes()
         .context("could not read the device's free memory for the pre-flight check")?;
@@ -246,26 +439,29 @@ fn measure_on<D: Device>(
 }
 
 /// Writes the document, prints the summary, and turns completeness into the exit code.
-fn finish(args: &Args, doc: &MeasurementDocument) -> anyhow::Result<ExitCode> {
+fn finish(args: &Args, output: &Path, doc: &MeasurementDocument) -> anyhow::Result<ExitCode> {
     let mut json = serde_json::to_vec_pretty(doc)?;
     json.push(b'\n');
-    files::write_new(&args.output, &json)?;
+    files::write_new(output, &json)?;
     if args.json {
         output::print_json(doc)?;
     } else {
-        output::print_text(&crate::summary::measurement(doc, &args.output))?;
+        output::print_text(&crate::summary::measurement(doc, output))?;
     }
     if let Some(err) = &doc.error {
-        return Ok(crate::exit::fail(
+        // One line on stderr, or the JSON error object under --json; the exit code follows.
+        let _ = crate::exit::fail(
             &format!(
                 "the run is incomplete: {} ({} kept in {})",
                 err.message,
                 plural(doc.phases.len(), "finished phase row"),
-                args.output.display()
+                output.display()
             ),
             1,
-        ));
+        );
     }
+    // Everything said before any teardown runs.
+    let _ = std::io::stdout().flush();
     Ok(if doc.complete {
         ExitCode::SUCCESS
     } else {

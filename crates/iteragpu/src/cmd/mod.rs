@@ -4,6 +4,7 @@ pub mod completions;
 pub mod cost;
 pub mod environment;
 pub mod estimate;
+pub mod fit;
 pub mod kit;
 pub mod man;
 pub mod measure;
@@ -24,6 +25,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Environment(args) => environment::run(args),
         Command::Estimate(args) => estimate::run(args),
         Command::Price(args) => price::run(args),
+        Command::Fit(args) => fit::run(args),
         Command::Measure(args) => measure::run(args),
         Command::Kit(args) => kit::run(args),
         Command::Verify(args) => verify::run(args),

@@ -115,12 +115,13 @@ fn list(catalogue: &Catalogue, json: bool) -> anyhow::Result<ExitCode> {
         "gpu",
         "model",
         "GPUs/lot",
-        "GiB/GPU",
+        "GB/GPU",
+        "usable MiB",
         "days",
         "lot price",
         "currency",
     ];
-    let cells: Vec<[String; 7]> = catalogue
+    let cells: Vec<[String; 8]> = catalogue
         .rows()
         .iter()
         .map(|t| {
@@ -128,7 +129,8 @@ fn list(catalogue: &Catalogue, json: bool) -> anyhow::Result<ExitCode> {
                 t.gpu.clone(),
                 t.model.clone(),
                 t.gpus_per_lot.to_string(),
-                t.gpu_memory_gib.to_string(),
+                t.vendor_memory_gb.to_string(),
+                t.usable_memory_mib.to_string(),
                 t.days.to_string(),
                 format!(
                     "{}{}",
@@ -146,7 +148,7 @@ fn list(catalogue: &Catalogue, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
     // Text columns left-aligned, numbers right-aligned.
-    let numeric = [false, false, true, true, true, true, false];
+    let numeric = [false, false, true, true, true, true, true, false];
     let line = |fields: &[String]| {
         let mut out = String::new();
         for (i, field) in fields.iter().enumerate() {
@@ -182,6 +184,10 @@ fn list(catalogue: &Catalogue, json: bool) -> anyhow::Result<ExitCode> {
             "* {examples} of these prices are EXAMPLES, not real quotes (their source says so)."
         );
     }
+    let _ = writeln!(
+        s,
+        "GB/GPU is the vendor's published memory; usable MiB is the total a CUDA/ROCm process sees (what `iteragpu fit` compares against; each row's source says where it was observed)."
+    );
     let _ = writeln!(
         s,
         "A catalogue price is not availability or a reservation: check the provider's offer before buying."

@@ -115,12 +115,17 @@ fn an_old_driver_without_v2_symbols_still_reports_the_gpu() {
     assert_eq!(d["gpu"]["uuid_symbol"], "cuDeviceGetUuid");
     assert_eq!(d["gpu"]["name"], "Stub GPU");
     assert_eq!(d["gpu"]["uuid"], "GPU-6f1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8");
+    assert_eq!(
+        d["gpu"]["uuid_label_from"],
+        "GPU- assumed: NVML could not say"
+    );
     assert_eq!(d["gpu"]["compute_capability"], "9.0");
     assert_eq!(d["gpu"]["sm_count"], 132);
     assert_eq!(d["gpu"]["free_memory_bytes"], 149_000_000_000u64);
     assert_eq!(d["visible_devices"], 1);
     assert_eq!(d["kernel_form"], "cubin sm_90");
     assert_eq!(d["cublas_workspace_bytes"], 33_554_432);
+    assert_eq!(d["cublaslt_workspace_bytes"], 1_048_576);
     // No cuBLAS in the stub folder: the GPU is described, but not usable.
     assert_eq!(v["usable"], false);
     assert!(problem(&v).starts_with("cuBLAS was not found"), "{v}");
@@ -222,4 +227,34 @@ fn cublas_on_the_loader_path_is_found_there() {
     let v = json_report(iteragpu(libs.path()).args(["environment"]));
     assert_eq!(v["usable"], true, "{v}");
     assert_eq!(v["details"]["libraries"]["found_via"], "loader path");
+}
+
+#[test]
+fn a_mig_instance_keeps_the_mig_label_nvml_knows_it_by() {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2"]).nvml_with(&["MIG"]).cublas("");
+    let v = json_report(iteragpu(libs.path()).args(["environment"]));
+    let gpu = &v["details"]["gpu"];
+    assert_eq!(
+        gpu["uuid"], "MIG-6f1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8",
+        "{v}"
+    );
+    assert_eq!(gpu["uuid_label_from"], "NVML");
+    assert_eq!(
+        gpu["nvml"]["uuid"],
+        "MIG-6f1a2b3c-4d5e-6f70-8192-a3b4c5d6e7f8"
+    );
+}
+
+#[test]
+fn the_default_workspaces_follow_the_compute_capability_exactly() {
+    for (major, minor, cublas) in [(9, 0, 33_554_432u64), (9, 1, 8_519_680), (10, 0, 8_519_680)] {
+        let libs = StubDir::new();
+        libs.driver(&[&format!("CC_MAJOR={major}"), &format!("CC_MINOR={minor}")]);
+        let v = json_report(iteragpu(libs.path()).args(["environment"]));
+        assert_eq!(
+            v["details"]["cublas_workspace_bytes"], cublas,
+            "{major}.{minor}: {v}"
+        );
+    }
 }

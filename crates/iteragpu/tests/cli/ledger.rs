@@ -56,6 +56,7 @@ fn measurement(n: u64, complete: bool) -> MeasurementDocument {
             seed: n,
             allow_tf32: false,
             math_mode: "float32 accumulate, strict float32".into(),
+            memory_policy: Default::default(),
         },
         synthetic_model: SyntheticModel {
             description: "Linear -> GELU -> Linear".into(),

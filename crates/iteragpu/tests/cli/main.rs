@@ -4,6 +4,8 @@ mod completions;
 mod environment;
 mod errors;
 mod estimate;
+mod fit;
+mod gpu_check;
 mod kit;
 mod lab_sh;
 mod ledger;

@@ -266,3 +266,415 @@ fn cuda_without_a_driver_exits_2_and_writes_nothing() {
         .stderr(predicate::str::contains("nothing was written"));
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+fn plan(args: &[&str]) -> assert_cmd::assert::Assert {
+    iteragpu().args(["measure", "--plan"]).args(args).assert()
+}
+
+fn plan_json(args: &[&str]) -> Value {
+    let out = plan(&[args, &["--json"]].concat())
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    serde_json::from_slice(&out).expect("one JSON document")
+}
+
+#[test]
+fn the_plan_of_a_gpu_run_has_both_workspaces_and_every_phase_row() {
+    let v = plan_json(&[
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--batch",
+        "2",
+        "--context",
+        "128",
+        "--width",
+        "1024",
+        "--dtype",
+        "bfloat16",
+    ]);
+    assert_eq!(v["schema"], "iteragpu.plan/1");
+    assert_eq!(v["compute_capability"], "9.0");
+    let policy = &v["configuration"]["memory_policy"];
+    assert_eq!(policy["cublas_workspace_bytes"], 33_554_432);
+    assert_eq!(policy["cublaslt_workspace_bytes"], 1_048_576);
+    assert_eq!(policy["cublaslt_workspace_unified"], false);
+    assert_eq!(policy["mirrors"], "torch 2.11");
+    let phases: Vec<&str> = v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        phases,
+        [
+            "model_load",
+            "inputs",
+            "cold_forward",
+            "warmup",
+            "warm_forward",
+            "warm_forward"
+        ]
+    );
+    // The memory fields are the measurement document's.
+    let doc_fields = [
+        "baseline_allocated_bytes",
+        "baseline_reserved_bytes",
+        "end_allocated_bytes",
+        "end_reserved_bytes",
+        "peak_allocated_bytes",
+        "peak_reserved_bytes",
+    ];
+    for f in doc_fields {
+        assert!(v["phases"][0]["memory"][f].is_u64(), "{f}");
+    }
+    // The cold forward pass holds 32 MiB + 1 MiB more than a warm one at its end.
+    let end = |i: usize| {
+        v["phases"][i]["memory"]["end_allocated_bytes"]
+            .as_u64()
+            .unwrap()
+    };
+    assert_eq!(end(2) - end(4), 0, "workspaces stay allocated");
+    assert_eq!(
+        end(2)
+            - v["phases"][2]["memory"]["baseline_allocated_bytes"]
+                .as_u64()
+                .unwrap(),
+        33_554_432 + 1_048_576 + 2 * 128 * 1024 * 2,
+        "workspaces and the output"
+    );
+    let steps = v["allocations"].as_array().unwrap();
+    let names: Vec<&str> = steps
+        .iter()
+        .filter(|s| s["phase"] == "cold_forward" && s["action"] == "allocate")
+        .map(|s| s["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "linear1 output",
+            "cuBLAS workspace",
+            "cuBLASLt workspace",
+            "gelu output",
+            "linear2 output"
+        ]
+    );
+    let peak = v["peak_reserved_bytes"].as_u64().unwrap();
+    let max_row = v["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["memory"]["peak_reserved_bytes"].as_u64().unwrap())
+        .max()
+        .unwrap();
+    assert_eq!(peak, max_row);
+}
+
+#[test]
+fn the_plan_follows_the_compute_capability_and_the_workspace_options() {
+    let cublas = |extra: &[&str]| {
+        let v = plan_json(&[&["--device", "cuda:0"][..], extra].concat());
+        let p = &v["configuration"]["memory_policy"];
+        (
+            p["cublas_workspace_bytes"].as_u64().unwrap(),
+            p["cublaslt_workspace_bytes"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(
+        cublas(&["--compute-capability", "9.0"]),
+        (33_554_432, 1 << 20)
+    );
+    assert_eq!(
+        cublas(&["--compute-capability", "10.0"]),
+        (8_519_680, 1 << 20)
+    );
+    assert_eq!(
+        cublas(&["--compute-capability", "8.6"]),
+        (8_519_680, 1 << 20)
+    );
+    assert_eq!(
+        cublas(&[
+            "--compute-capability",
+            "9.0",
+            "--cublas-workspace",
+            ":4096:2:16:8",
+            "--cublaslt-workspace",
+            "4MiB"
+        ]),
+        (8_519_680, 4 << 20)
+    );
+    let v = plan_json(&[
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--cublaslt-unified-workspace",
+    ]);
+    let workspaces = v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["what"].as_str().unwrap().contains("workspace"))
+        .count();
+    assert_eq!(workspaces, 1, "unified: only the cuBLAS workspace");
+    // The CPU reference has none, and its plan is its run's sequence.
+    let cpu = plan_json(&["--device", "cpu"]);
+    assert_eq!(
+        cpu["configuration"]["memory_policy"]["cublas_workspace_bytes"],
+        0
+    );
+    assert!(cpu["compute_capability"].is_null());
+    let dir = tempfile::tempdir().unwrap();
+    measure(dir.path(), "m.json", &[]).success();
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("m.json")).unwrap()).unwrap();
+    for (p, r) in cpu["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(doc["phases"].as_array().unwrap())
+    {
+        for (k, value) in p["memory"].as_object().unwrap() {
+            assert_eq!(&r["memory"][k], value, "{k} of {}", p["phase"]);
+        }
+    }
+}
+
+#[test]
+fn the_plan_prints_a_readable_table() {
+    plan(&["--device", "cuda", "--compute-capability", "9.0"])
+        .success()
+        .stdout(predicate::str::starts_with(
+            "PLAN (no device opened): cuda (compute capability 9.0)",
+        ))
+        .stdout(predicate::str::contains(
+            "cold_forward    0  allocate cuBLAS workspace      32.00 MiB   32.00 MiB large   32.00 MiB",
+        ))
+        .stdout(predicate::str::contains("peak reserved: 34.00 MiB (35651584 bytes)"));
+}
+
+#[test]
+fn the_plan_refuses_what_it_cannot_plan() {
+    plan(&["--device", "cuda"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "needs --compute-capability MAJOR.MINOR",
+        ));
+    plan(&["--device", "cpu", "--compute-capability", "9.0"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--compute-capability applies to --device cuda",
+        ));
+    plan(&["--device", "cuda", "--compute-capability", "nine"])
+        .code(2)
+        .stderr(predicate::str::contains(
+            "`nine` is not a compute capability",
+        ));
+    plan(&[
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--output",
+        "x.json",
+    ])
+    .code(2)
+    .stderr(predicate::str::contains("cannot be used with"));
+    plan(&[
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--cublas-workspace",
+        ":4096",
+    ])
+    .code(2)
+    .stderr(predicate::str::contains(
+        "not a CUBLAS_WORKSPACE_CONFIG value",
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    measure(dir.path(), "m.json", &["--compute-capability", "9.0"])
+        .code(2)
+        .stderr(predicate::str::contains("only applies to --plan"));
+    measure(dir.path(), "m.json", &["--cublas-workspace", "0"])
+        .code(2)
+        .stderr(predicate::str::contains("apply to cuda devices"));
+    measure(dir.path(), "m.json", &["--kernel-form", "ptx"])
+        .code(2)
+        .stderr(predicate::str::contains("apply to cuda devices"));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// The plan's counters for a GPU of compute capability 9.0 are what PyTorch 2.11's caching
+/// allocator reports for the same protocol, according to scripts/torch_allocator_model.py, a
+/// model written from PyTorch's source (not from this code).
+#[test]
+fn gpu_plans_match_an_independent_model_of_pytorchs_allocator() {
+    let model =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/torch_allocator_model.py");
+    let dir = tempfile::tempdir().unwrap();
+    let compare = |plan_file: &Path| {
+        std::process::Command::new("python3")
+            .arg(&model)
+            .arg("--compare")
+            .arg(plan_file)
+            .output()
+            .expect("python3 must be installed to run the allocator model")
+    };
+    for (b, c, w) in [(1, 16, 64), (2, 128, 1024), (8, 4096, 8192)] {
+        for dtype in ["float32", "float16", "bfloat16"] {
+            let out = plan(&[
+                "--device",
+                "cuda",
+                "--compute-capability",
+                "9.0",
+                "--batch",
+                &b.to_string(),
+                "--context",
+                &c.to_string(),
+                "--width",
+                &w.to_string(),
+                "--dtype",
+                dtype,
+                "--warmup",
+                "3",
+                "--repeats",
+                "2",
+                "--json",
+            ])
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+            let file = dir.path().join(format!("{b}-{c}-{w}-{dtype}.json"));
+            std::fs::write(&file, &out).unwrap();
+            let result = compare(&file);
+            let text = String::from_utf8_lossy(&result.stdout);
+            assert!(
+                result.status.success() && text.ends_with("verdict: SAME\n"),
+                "{b}x{c}x{w} {dtype}:\n{text}{}",
+                String::from_utf8_lossy(&result.stderr)
+            );
+            assert_eq!(
+                text.matches("  same").count(),
+                6 * 9,
+                "every counter of every row"
+            );
+        }
+    }
+    // The comparison can fail: one wrong counter is named and makes it exit 1.
+    let file = dir.path().join("2-128-1024-bfloat16.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let wrong = v["phases"][2]["memory"]["peak_reserved_bytes"]
+        .as_u64()
+        .unwrap()
+        + 2097152;
+    v["phases"][2]["memory"]["peak_reserved_bytes"] = wrong.into();
+    std::fs::write(&file, serde_json::to_vec(&v).unwrap()).unwrap();
+    let result = compare(&file);
+    let text = String::from_utf8_lossy(&result.stdout);
+    assert_eq!(result.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains("cold_forward[0]  peak_reserved_bytes")
+            && text.contains("2097152  DIFFERENT"),
+        "{text}"
+    );
+    assert!(text.ends_with("verdict: 1 DIFFERENCE(S)\n"), "{text}");
+}
+
+/// A stub GPU stack that really computes (host memory, host-executed kernels, a computing
+/// cuBLASLt); `blas` adds cuBLAS defines (`DESTROY_FAILS`, `DESTROY_CRASHES`).
+fn computing_stubs(blas: &[&str]) -> crate::stubs::StubDir {
+    let libs = crate::stubs::StubDir::new();
+    libs.driver(&[
+        "FULL",
+        "WITH_V2",
+        "HOSTMEM",
+        "EXECUTE",
+        "MEMORY_BUDGET=(256UL<<20)",
+    ]);
+    let mut blas_defines = vec!["RECORD"];
+    blas_defines.extend_from_slice(blas);
+    libs.cublas_with("", &blas_defines, &["RECORD", "COMPUTE"]);
+    libs
+}
+
+fn gpu_measure(libs: &Path, dir: &Path, file: &str) -> std::process::Output {
+    crate::stubs::iteragpu(libs)
+        .current_dir(dir)
+        .env_remove("STUB_LOG")
+        .args([
+            "measure",
+            "--device",
+            "cuda:0",
+            "--batch",
+            "2",
+            "--context",
+            "8",
+        ])
+        .args(["--width", "32", "--dtype", "bfloat16", "--output", file])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_gpu_document_validates_and_records_its_memory_policy() {
+    let libs = computing_stubs(&[]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = gpu_measure(libs.path(), dir.path(), "gpu.json");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("gpu.json")).unwrap()).unwrap();
+    assert_valid(&doc);
+    assert_eq!(doc["check"]["passed"], true);
+    let p = &doc["configuration"]["memory_policy"];
+    assert_eq!(p["cublas_workspace_bytes"], 33_554_432);
+    assert_eq!(
+        p["workspaces_from"],
+        "torch 2.11 defaults for compute capability 9.0"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains(
+            "library workspaces (first product, kept): cuBLAS 32.00 MiB, cuBLASLt 1.00 MiB"
+        )
+    );
+}
+
+/// The document is written before the device is torn down: a teardown that fails leaves the run
+/// complete, and one that crashes the process still leaves the finished document on disk.
+#[test]
+fn a_failing_or_crashing_teardown_cannot_lose_the_document() {
+    let dir = tempfile::tempdir().unwrap();
+    let fails = computing_stubs(&["DESTROY_FAILS"]);
+    let out = gpu_measure(fails.path(), dir.path(), "fails.json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let crashes = computing_stubs(&["DESTROY_CRASHES"]);
+    let out = gpu_measure(crashes.path(), dir.path(), "crashes.json");
+    assert!(
+        !out.status.success(),
+        "the stub's cublasDestroy_v2 aborts the process"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("complete: crashes.json"),
+        "the summary was printed (and flushed) before the teardown"
+    );
+    for file in ["fails.json", "crashes.json"] {
+        let doc: Value =
+            serde_json::from_slice(&std::fs::read(dir.path().join(file)).unwrap()).unwrap();
+        assert_valid(&doc);
+        assert_eq!(doc["complete"], true, "{file}");
+    }
+}

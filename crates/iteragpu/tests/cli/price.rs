@@ -24,9 +24,9 @@ fn b200_7_day_cents() -> u64 {
     .unwrap();
     let line = csv
         .lines()
-        .find(|l| l.starts_with("b200,") && l.split(',').nth(4) == Some("7"))
+        .find(|l| l.starts_with("b200,") && l.split(',').nth(5) == Some("7"))
         .unwrap();
-    line.split(',').nth(5).unwrap().parse().unwrap()
+    line.split(',').nth(6).unwrap().parse().unwrap()
 }
 
 #[test]
@@ -155,6 +155,41 @@ fn list_shows_all_45_packages() {
     assert_eq!(keys, want);
 }
 
+/// The memory columns say their unit: the vendor's GB figure and the MiB a CUDA/ROCm process
+/// sees, as the bundled file holds them.
+#[test]
+fn list_shows_both_memory_columns_with_their_units() {
+    let out = price(&["--list"]).success().get_output().stdout.clone();
+    let text = String::from_utf8(out).unwrap();
+    let header = text.lines().next().unwrap();
+    assert!(
+        header.contains("GB/GPU") && header.contains("usable MiB") && !header.contains("GiB"),
+        "{header}"
+    );
+    let h100 = text.lines().find(|l| l.starts_with("h100-sxm ")).unwrap();
+    let cells: Vec<&str> = h100.split_whitespace().collect();
+    assert!(cells.contains(&"80") && cells.contains(&"81106"), "{h100}");
+    let doc = json(&["--list"]);
+    let csv = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/tarifs-forfaits.csv"),
+    )
+    .unwrap();
+    for (row, line) in doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(csv.lines().skip(1))
+    {
+        let fields: Vec<&str> = line.split(',').collect();
+        assert_eq!(row["vendor_memory_gb"].to_string(), fields[3]);
+        assert_eq!(row["usable_memory_mib"].to_string(), fields[4]);
+        assert!(
+            row["source"].as_str().unwrap().contains("usable memory: "),
+            "{row}"
+        );
+    }
+}
+
 #[test]
 fn bad_input_is_a_usage_error_naming_it() {
     let cases: &[(&[&str], &str)] = &[
@@ -249,15 +284,14 @@ fn bad_input_is_a_usage_error_naming_it() {
     }
 }
 
-const HEADER: &str =
-    "gpu,model,gpus_per_lot,gpu_memory_gib,days,price_cents,currency,snapshot_date,source";
+const HEADER: &str = "gpu,model,gpus_per_lot,vendor_memory_gb,usable_memory_mib,days,price_cents,currency,snapshot_date,source";
 
 /// A valid one-model catalogue, written with `eol` line ends, optionally after a BOM.
 fn small(eol: &str) -> String {
     let mut s = format!("{HEADER}{eol}");
     for (d, cents) in [(3, 30_000), (7, 65_000), (30, 250_000)] {
         s.push_str(&format!(
-            "x1,Test GPU,4,64,{d},{cents},USD,2026-11-29,quoted by mail 2026-11-29{eol}"
+            "x1,Test GPU,4,64,64000,{d},{cents},USD,2026-11-29,quoted by mail 2026-11-29{eol}"
         ));
     }
     s
@@ -313,13 +347,13 @@ fn faulty_catalogues_exit_1_naming_file_row_and_column() {
     let cases: Vec<(String, &str)> = vec![
         (
             good.replace(
-                "x1,Test GPU,4,64,30,250000,USD,2026-11-29,quoted by mail 2026-11-29\n",
+                "x1,Test GPU,4,64,64000,30,250000,USD,2026-11-29,quoted by mail 2026-11-29\n",
                 "",
             ),
             "rows 2, 3, column `days`: GPU `x1` has no 30-day row",
         ),
         (
-            format!("{good}x1,Test GPU,4,64,7,1,USD,2026-11-29,again\n"),
+            format!("{good}x1,Test GPU,4,64,64000,7,1,USD,2026-11-29,again\n"),
             "row 5, column `days`: duplicates row 3",
         ),
         (
@@ -354,6 +388,13 @@ fn faulty_catalogues_exit_1_naming_file_row_and_column() {
             )))
             .stderr(predicate::str::contains(says));
     }
+    // An endless file is refused at the stated bound, not read to the end (it read 3.2 GB).
+    price(&["--catalogue", "/dev/zero", "--list"])
+        .code(1)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains(
+            "the catalogue /dev/zero is larger than 33554432 bytes (32 MiB), the largest accepted",
+        ));
     price(&["--catalogue", "/nonexistent/tariffs.csv", "--list"])
         .code(1)
         .stderr(predicate::str::contains(

@@ -40,7 +40,8 @@ impl StubDir {
             .arg(format!("-Wl,-soname,{soname}"))
             .arg("-o")
             .arg(folder.join(soname))
-            .arg(source(source_name));
+            .arg(source(source_name))
+            .arg("-lm");
         for d in defines {
             cmd.arg(format!("-D{d}"));
         }
@@ -62,13 +63,26 @@ impl StubDir {
 
     /// Adds a stub `libnvidia-ml.so.1`.
     pub fn nvml(&self) -> &Self {
-        self.compile("libnvidia-ml.c", "", "libnvidia-ml.so.1", &[])
+        self.nvml_with(&[])
+    }
+
+    /// Adds a stub `libnvidia-ml.so.1` built with `defines` (`MIG`: the GPU is a MIG instance).
+    pub fn nvml_with(&self, defines: &[&str]) -> &Self {
+        self.compile("libnvidia-ml.c", "", "libnvidia-ml.so.1", defines)
     }
 
     /// Adds a cuBLASLt/cuBLAS 12 pair in `sub`.
     pub fn cublas(&self, sub: &str) -> &Self {
-        self.compile("libcublas.c", sub, "libcublasLt.so.12", &["LT"])
-            .compile("libcublas.c", sub, "libcublas.so.12", &[])
+        self.cublas_with(sub, &[], &[])
+    }
+
+    /// Adds a cuBLASLt/cuBLAS 12 pair in `sub`, cuBLAS built with `blas` and cuBLASLt with `lt`
+    /// (besides `LT`): `RECORD`, `COMPUTE`, `DESTROY_FAILS`, ... (see the stub's source).
+    pub fn cublas_with(&self, sub: &str, blas: &[&str], lt: &[&str]) -> &Self {
+        let mut lt_defines = vec!["LT"];
+        lt_defines.extend_from_slice(lt);
+        self.compile("libcublas.c", sub, "libcublasLt.so.12", &lt_defines)
+            .compile("libcublas.c", sub, "libcublas.so.12", blas)
     }
 }
 

@@ -10,9 +10,12 @@
  *                   cuMemAlloc hands out fake addresses from a budget of MEMORY_BUDGET bytes and
  *                   then fails with CUDA_ERROR_OUT_OF_MEMORY; copies and launches do nothing
  *   HOSTMEM         (with FULL) device memory is host memory: cuMemAlloc mallocs, copies copy, and
- *                   streams, event records, copies and launches (kernel name, grid, block, stream,
- *                   parameter values) are appended to the file named by $STUB_LOG, so a test can
- *                   check every argument the device passes
+ *                   streams, event records, copies, launches (kernel name, grid, block, stream,
+ *                   parameter values), frees and the context release are appended to the file
+ *                   named by $STUB_LOG, so a test can check every argument the device passes
+ *   EXECUTE         (with HOSTMEM) launches run the kernels on the host, as kernels/lab.cu defines
+ *                   them (seeded inputs, exact GELU in float32, for the three dtypes), so a whole
+ *                   measurement runs and its numerical check means something
  */
 #include <string.h>
 
@@ -138,15 +141,70 @@ int cuModuleGetFunction(const char **out, void *module, const char *name) {
     *out = names[count++];
     return 0;
 }
+#ifdef EXECUTE
+#include <math.h>
+/* kernels/lab.cu's inputs and GELU, one thread at a time. */
+static unsigned long long mix64(unsigned long long z) {
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+static float input_value(unsigned long long key, unsigned long long i) {
+    unsigned long long bits = mix64(key ^ (i * 0x9E3779B97F4A7C15ULL));
+    volatile float scaled = (float)(unsigned int)(bits >> 40) * 1.1920928955078125e-07f;
+    return scaled + -1.0f;
+}
+static unsigned short to_bf16(float f) {
+    unsigned int u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fff;
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (unsigned short)(u >> 16);
+}
+static float from_bf16(unsigned short h) {
+    unsigned int u = (unsigned int)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
+static void execute(const char *f, unsigned long long *a) {
+    unsigned long long i, n = a[1];
+    if (strncmp(f, "inputs_", 7) == 0) {
+        unsigned long long key = mix64(a[2]);
+        for (i = 0; i < n; i++) {
+            float v = input_value(key, i);
+            if (strcmp(f, "inputs_f32") == 0) ((float *)a[0])[i] = v;
+            else if (strcmp(f, "inputs_f16") == 0) ((_Float16 *)a[0])[i] = (_Float16)v;
+            else ((unsigned short *)a[0])[i] = to_bf16(v);
+        }
+    } else if (strncmp(f, "gelu_", 5) == 0) {
+        n = a[2];
+        for (i = 0; i < n; i++) {
+            if (strcmp(f, "gelu_f32") == 0)
+                ((float *)a[1])[i] = gelu(((const float *)a[0])[i]);
+            else if (strcmp(f, "gelu_f16") == 0)
+                ((_Float16 *)a[1])[i] = (_Float16)gelu((float)((const _Float16 *)a[0])[i]);
+            else
+                ((unsigned short *)a[1])[i] = to_bf16(gelu(from_bf16(((const unsigned short *)a[0])[i])));
+        }
+    }
+}
+#endif
 int cuLaunchKernel(const char *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
-    int n = strncmp(f, "bias_rows", 9) == 0 ? 4 : 3, i;
+    unsigned long long a[3];
     char args[128] = "";
-    for (i = 0; i < n; i++)
-        snprintf(args + strlen(args), sizeof args - strlen(args), "%s%llu", i ? "," : "",
-                 *(unsigned long long *)params[i]);
+    int i;
+    for (i = 0; i < 3; i++) {
+        a[i] = *(unsigned long long *)params[i];
+        snprintf(args + strlen(args), sizeof args - strlen(args), "%s%llu", i ? "," : "", a[i]);
+    }
     say("launch %s grid=%u,%u,%u block=%u,%u,%u smem=%u stream=%lx extra=%lx args=%s\n", f, gx, gy,
         gz, bx, by, bz, smem, (unsigned long)stream, (unsigned long)extra, args);
+#ifdef EXECUTE
+    execute(f, a);
+#endif
     return 0;
 }
 int cuEventRecord(void *e, void *stream) {

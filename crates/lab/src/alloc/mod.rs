@@ -14,7 +14,7 @@ pub use policy::{
     ROUND_LARGE, SMALL_SEGMENT, SMALL_SIZE, SegmentId, pool_of, round_size, segment_size,
 };
 pub use stats::{Counter, PoolStats, Stats};
-pub use tensors::TensorPool;
+pub use tensors::{Action, AllocationEvent, PoolName, TensorPool};
 
 /// Where segments come from. A segment is obtained whole and given back whole.
 pub trait SegmentSource {

@@ -3,9 +3,60 @@
 
 use std::collections::HashMap;
 
-use crate::alloc::{AllocError, Block, CachingAllocator, SegmentSource, Stats};
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::{
+    AllocError, Block, CachingAllocator, Pool, SegmentSource, Stats, pool_of, round_size,
+};
 use crate::device::{DeviceError, Tensor};
 use crate::dtype::DType;
+
+/// Whether an event of the allocation sequence took or gave back a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// A block handed out.
+    Allocate,
+    /// A block returned to the cache.
+    Free,
+}
+
+/// One step of a run's allocation sequence, as the allocator served it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationEvent {
+    /// Allocate or free.
+    pub action: Action,
+    /// What the bytes are for (`linear1.weight`, `gelu output`, `cuBLAS workspace`, ...).
+    pub what: String,
+    /// Bytes asked for.
+    pub requested_bytes: u64,
+    /// Bytes of the block (what counts as allocated).
+    pub block_bytes: u64,
+    /// The pool that served it (`small`: at most 1 MiB after rounding).
+    pub pool: PoolName,
+    /// Bytes of the segment obtained from the source for this request (0: served from the cache;
+    /// always 0 for a free).
+    pub new_segment_bytes: u64,
+}
+
+/// A pool's name in the allocation sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PoolName {
+    /// Requests of at most 1 MiB.
+    Small,
+    /// Larger requests.
+    Large,
+}
+
+impl From<Pool> for PoolName {
+    fn from(p: Pool) -> PoolName {
+        match p {
+            Pool::Small => PoolName::Small,
+            Pool::Large => PoolName::Large,
+        }
+    }
+}
 
 /// Hands out [`Tensor`] handles backed by allocator blocks.
 #[derive(Debug)]
@@ -13,6 +64,8 @@ pub struct TensorPool<S: SegmentSource> {
     allocator: CachingAllocator<S>,
     blocks: HashMap<u64, Block>,
     next_id: u64,
+    /// The allocation sequence and the names of live tensors, once tracing is on.
+    trace: Option<(Vec<AllocationEvent>, HashMap<u64, String>)>,
 }
 
 impl<S: SegmentSource> TensorPool<S> {
@@ -22,7 +75,20 @@ impl<S: SegmentSource> TensorPool<S> {
             allocator: CachingAllocator::new(source),
             blocks: HashMap::new(),
             next_id: 0,
+            trace: None,
         }
+    }
+
+    /// Starts recording the allocation sequence (every allocation and free from now on).
+    pub fn enable_trace(&mut self) {
+        if self.trace.is_none() {
+            self.trace = Some((Vec::new(), HashMap::new()));
+        }
+    }
+
+    /// The allocation sequence recorded so far (empty when tracing is off).
+    pub fn trace(&self) -> &[AllocationEvent] {
+        self.trace.as_ref().map_or(&[], |(events, _)| events)
     }
 
     /// Allocates a `rows x cols` tensor of `dtype`; `what` names it in an out-of-memory error.
@@ -43,6 +109,9 @@ impl<S: SegmentSource> TensorPool<S> {
         let id = self.next_id;
         self.next_id += 1;
         self.blocks.insert(id, block);
+        if let Some((_, names)) = &mut self.trace {
+            names.insert(id, what.to_string());
+        }
         Ok(Tensor {
             id,
             rows,
@@ -53,7 +122,8 @@ impl<S: SegmentSource> TensorPool<S> {
 
     /// Allocates raw bytes that no tensor owns (a library workspace, say).
     pub fn allocate_bytes(&mut self, bytes: u64, what: &str) -> Result<Block, DeviceError> {
-        self.allocator.allocate(bytes).map_err(|e| match e {
+        let reserved_before = self.allocator.stats().all.reserved.current;
+        let block = self.allocator.allocate(bytes).map_err(|e| match e {
             AllocError::OutOfMemory {
                 allocated,
                 reserved,
@@ -65,12 +135,34 @@ impl<S: SegmentSource> TensorPool<S> {
                 reserved,
             },
             other => DeviceError::Backend(format!("{what}: {other}")),
-        })
+        })?;
+        if let Some((events, _)) = &mut self.trace {
+            let reserved_after = self.allocator.stats().all.reserved.current;
+            events.push(AllocationEvent {
+                action: Action::Allocate,
+                what: what.to_string(),
+                requested_bytes: bytes,
+                block_bytes: block.size,
+                pool: pool_of(round_size(block.requested)).into(),
+                new_segment_bytes: reserved_after.saturating_sub(reserved_before),
+            });
+        }
+        Ok(block)
     }
 
     /// Returns a tensor's block to the cache. A tensor this pool does not know is ignored.
     pub fn free(&mut self, tensor: Tensor) {
         if let Some(block) = self.blocks.remove(&tensor.id) {
+            if let Some((events, names)) = &mut self.trace {
+                events.push(AllocationEvent {
+                    action: Action::Free,
+                    what: names.remove(&tensor.id).unwrap_or_default(),
+                    requested_bytes: block.requested,
+                    block_bytes: block.size,
+                    pool: pool_of(round_size(block.requested)).into(),
+                    new_segment_bytes: 0,
+                });
+            }
             self.allocator.free(block);
         }
     }

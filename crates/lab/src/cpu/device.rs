@@ -12,6 +12,7 @@ use crate::dtype::DType;
 use crate::environment::Environment;
 use crate::measure::synthetic::input_value;
 use crate::tool::ToolInfo;
+use crate::workspaces::{MemoryPolicy, Workspaces};
 
 /// Real arithmetic on the host under the GPU's allocator policy. Storage is in the requested
 /// dtype; products convert to float32, accumulate in float32 and round the result back, as a GPU
@@ -229,8 +230,11 @@ impl Device for CpuDevice {
         Ok(available_host_bytes())
     }
 
-    fn workspace_bytes(&self) -> u64 {
-        0
+    fn memory_policy(&self) -> MemoryPolicy {
+        MemoryPolicy::new(
+            Workspaces::NONE,
+            "none: the CPU reference device calls no BLAS library, so it allocates no workspace",
+        )
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {

@@ -2,6 +2,7 @@
 
 use crate::dtype::DType;
 use crate::measure::document::{Configuration, Layer, SyntheticModel};
+use crate::workspaces::MemoryPolicy;
 
 /// The options as the user gave them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -145,7 +146,7 @@ impl Plan {
     }
 
     /// The `configuration` section of the document.
-    pub fn configuration(&self, math_mode: &str) -> Configuration {
+    pub fn configuration(&self, math_mode: &str, memory_policy: MemoryPolicy) -> Configuration {
         let o = &self.options;
         Configuration {
             device: o.device.clone(),
@@ -164,6 +165,7 @@ impl Plan {
             seed: o.seed,
             allow_tf32: o.allow_tf32,
             math_mode: math_mode.to_string(),
+            memory_policy,
         }
     }
 

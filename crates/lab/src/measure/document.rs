@@ -6,6 +6,7 @@ use crate::device::DeviceMemory;
 use crate::dtype::DType;
 use crate::environment::Environment;
 use crate::tool::ToolInfo;
+use crate::workspaces::MemoryPolicy;
 
 /// Schema identifier of measurement documents; bumped on any incompatible change.
 pub const MEASUREMENT_SCHEMA: &str = "iteragpu.measurement/1";
@@ -102,6 +103,10 @@ pub struct Configuration {
     pub allow_tf32: bool,
     /// The math actually used for products, in words (`float32 accumulate, strict float32`).
     pub math_mode: String,
+    /// The allocator policy and library workspaces the counters mirror (absent from documents
+    /// written before it was recorded; read back as "not recorded").
+    #[serde(default)]
+    pub memory_policy: MemoryPolicy,
 }
 
 /// One layer of the synthetic model.

@@ -2,19 +2,56 @@
 //! policy over an unbounded, memory-less source, so the peak it predicts is the peak the policy
 //! will reach (segment rounding, caching and the library workspace included), not a guess.
 
-use crate::alloc::{Block, SegmentError, SegmentSource, Stats, TensorPool};
+use serde::{Deserialize, Serialize};
+
+use crate::alloc::{AllocationEvent, Block, SegmentError, SegmentSource, Stats, TensorPool};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
 use crate::environment::{ENVIRONMENT_SCHEMA, Environment};
 use crate::measure::config::Plan;
-use crate::measure::document::Preflight;
+use crate::measure::document::{Configuration, Phase, PhaseRow, Preflight, SyntheticModel};
 use crate::measure::runner::{self, Mode, RunInfo, Silent};
 use crate::tool::ToolInfo;
+use crate::workspaces::MemoryPolicy;
 
-/// Predicts the highest `reserved` the run will reach on a device whose library workspace is
-/// `workspace_bytes` (allocated on the first product, as the real devices do).
-pub fn estimate_peak_reserved(plan: &Plan, workspace_bytes: u64) -> u64 {
-    let mut device = PlanDevice::new(workspace_bytes);
+/// One step of the planned allocation sequence, with the phase it happens in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedAllocation {
+    /// The phase; `null` for what happens between phases or after the last one (the last
+    /// output, the inputs and the weights freed at the end of the run).
+    pub phase: Option<Phase>,
+    /// The phase's index (the repeat, for `warm_forward`; 0 outside phases).
+    pub index: usize,
+    /// What the allocator did.
+    #[serde(flatten)]
+    pub event: AllocationEvent,
+}
+
+/// The whole run replayed through the allocator policy: its phase rows (counters only) and its
+/// allocation sequence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlannedRun {
+    /// One row per phase, as the run would record them (no clocks, no device memory).
+    pub phases: Vec<PhaseRow>,
+    /// Every allocation and free, in order.
+    pub allocations: Vec<PlannedAllocation>,
+}
+
+impl PlannedRun {
+    /// The highest `reserved` of any phase.
+    pub fn peak_reserved(&self) -> u64 {
+        self.phases
+            .iter()
+            .map(|r| r.memory.peak_reserved_bytes)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// Replays the run's allocation sequence on a device with `policy`'s library workspaces
+/// (allocated on the first product, as the real devices do).
+pub fn plan_run(plan: &Plan, policy: &MemoryPolicy) -> PlannedRun {
+    let mut device = PlanDevice::new(policy.clone());
     let info = RunInfo {
         tool: ToolInfo::new(None),
         started_utc: String::new(),
@@ -25,11 +62,118 @@ pub fn estimate_peak_reserved(plan: &Plan, workspace_bytes: u64) -> u64 {
         },
     };
     let doc = runner::run(&mut device, plan, info, Mode::Plan, &mut Silent);
-    doc.phases
-        .iter()
-        .map(|r| r.memory.peak_reserved_bytes)
-        .max()
-        .unwrap_or(0)
+    PlannedRun {
+        phases: doc.phases,
+        allocations: device.allocations(),
+    }
+}
+
+/// Schema identifier of `measure --plan --json`.
+pub const PLAN_SCHEMA: &str = "iteragpu.plan/1";
+
+/// What `measure --plan` prints: a run's footprint, predicted without opening a device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// Always [`PLAN_SCHEMA`].
+    pub schema: String,
+    /// The device kind planned for (`cpu`, `cuda`).
+    pub device: String,
+    /// For a GPU, the compute capability the workspaces were sized for (`9.0`).
+    pub compute_capability: Option<String>,
+    /// Every option, resolved, with the memory policy, as the measurement document has it.
+    pub configuration: Configuration,
+    /// What would be measured.
+    pub synthetic_model: SyntheticModel,
+    /// The highest `reserved` of any phase: what the pre-flight check compares with free memory.
+    pub peak_reserved_bytes: u64,
+    /// Every allocation and free of the run, in order.
+    pub allocations: Vec<PlannedAllocation>,
+    /// The counters of every phase row, with the measurement document's field names.
+    pub phases: Vec<PlannedPhase>,
+}
+
+/// One predicted phase row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedPhase {
+    /// The phase.
+    pub phase: Phase,
+    /// Its index (the repeat, for `warm_forward`).
+    pub index: usize,
+    /// The counters, named as in the measurement document.
+    pub memory: PlannedMemory,
+}
+
+/// The allocator counters of a phase row (the measurement document's names; no device memory,
+/// since no device is opened).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedMemory {
+    /// Allocated bytes at the phase's start.
+    pub baseline_allocated_bytes: u64,
+    /// Reserved bytes at the phase's start.
+    pub baseline_reserved_bytes: u64,
+    /// Allocated bytes at its end.
+    pub end_allocated_bytes: u64,
+    /// Reserved bytes at its end.
+    pub end_reserved_bytes: u64,
+    /// Highest allocated bytes during it.
+    pub peak_allocated_bytes: u64,
+    /// Highest reserved bytes during it.
+    pub peak_reserved_bytes: u64,
+    /// Requested (unrounded) bytes at its start.
+    pub baseline_requested_bytes: u64,
+    /// Requested bytes at its end.
+    pub end_requested_bytes: u64,
+    /// Highest requested bytes during it.
+    pub peak_requested_bytes: u64,
+}
+
+impl PlanReport {
+    /// Plans `plan` on a `device` kind with `policy`; `math_mode` as the device would word it.
+    pub fn new(
+        plan: &Plan,
+        device: &str,
+        compute_capability: Option<(i32, i32)>,
+        math_mode: &str,
+        policy: MemoryPolicy,
+    ) -> PlanReport {
+        let run = plan_run(plan, &policy);
+        PlanReport {
+            schema: PLAN_SCHEMA.to_string(),
+            device: device.to_string(),
+            compute_capability: compute_capability.map(|(ma, mi)| format!("{ma}.{mi}")),
+            configuration: plan.configuration(math_mode, policy),
+            synthetic_model: plan.synthetic_model(),
+            peak_reserved_bytes: run.peak_reserved(),
+            phases: run
+                .phases
+                .iter()
+                .map(|r| {
+                    let m = &r.memory;
+                    PlannedPhase {
+                        phase: r.phase,
+                        index: r.index,
+                        memory: PlannedMemory {
+                            baseline_allocated_bytes: m.baseline_allocated_bytes,
+                            baseline_reserved_bytes: m.baseline_reserved_bytes,
+                            end_allocated_bytes: m.end_allocated_bytes,
+                            end_reserved_bytes: m.end_reserved_bytes,
+                            peak_allocated_bytes: m.peak_allocated_bytes,
+                            peak_reserved_bytes: m.peak_reserved_bytes,
+                            baseline_requested_bytes: m.baseline_requested_bytes,
+                            end_requested_bytes: m.end_requested_bytes,
+                            peak_requested_bytes: m.peak_requested_bytes,
+                        },
+                    }
+                })
+                .collect(),
+            allocations: run.allocations,
+        }
+    }
+}
+
+/// Predicts the highest `reserved` the run will reach on a device with `policy`.
+pub fn estimate_peak_reserved(plan: &Plan, policy: &MemoryPolicy) -> u64 {
+    plan_run(plan, policy).peak_reserved()
 }
 
 /// A run that cannot fit: the figures, for the refusal.
@@ -92,17 +236,42 @@ impl SegmentSource for Unbounded {
 #[derive(Debug)]
 struct PlanDevice {
     tensors: TensorPool<Unbounded>,
-    workspace_bytes: u64,
-    workspace: Option<Block>,
+    policy: MemoryPolicy,
+    workspaces: Option<Vec<Block>>,
+    /// Where each phase (or the time between phases) starts in the pool's trace.
+    marks: Vec<(usize, Option<Phase>, usize)>,
 }
 
 impl PlanDevice {
-    fn new(workspace_bytes: u64) -> PlanDevice {
+    fn new(policy: MemoryPolicy) -> PlanDevice {
+        let mut tensors = TensorPool::new(Unbounded);
+        tensors.enable_trace();
         PlanDevice {
-            tensors: TensorPool::new(Unbounded),
-            workspace_bytes,
-            workspace: None,
+            tensors,
+            policy,
+            workspaces: None,
+            marks: Vec::new(),
         }
+    }
+
+    fn allocations(&self) -> Vec<PlannedAllocation> {
+        let trace = self.tensors.trace();
+        let mut out = Vec::with_capacity(trace.len());
+        let first = self.marks.first().map_or(trace.len(), |m| m.0);
+        out.extend(trace[..first].iter().map(|event| PlannedAllocation {
+            phase: None,
+            index: 0,
+            event: event.clone(),
+        }));
+        for (i, (start, phase, index)) in self.marks.iter().enumerate() {
+            let end = self.marks.get(i + 1).map_or(trace.len(), |m| m.0);
+            out.extend(trace[*start..end].iter().map(|event| PlannedAllocation {
+                phase: *phase,
+                index: *index,
+                event: event.clone(),
+            }));
+        }
+        out
     }
 }
 
@@ -120,8 +289,17 @@ impl Device for PlanDevice {
         }
     }
 
-    fn workspace_bytes(&self) -> u64 {
-        self.workspace_bytes
+    fn memory_policy(&self) -> MemoryPolicy {
+        self.policy.clone()
+    }
+
+    fn phase_started(&mut self, phase: Phase, index: usize) {
+        self.marks
+            .push((self.tensors.trace().len(), Some(phase), index));
+    }
+
+    fn phase_finished(&mut self) {
+        self.marks.push((self.tensors.trace().len(), None, 0));
     }
 
     fn synchronize(&mut self) -> Result<(), DeviceError> {
@@ -170,11 +348,14 @@ impl Device for PlanDevice {
         _out: &Tensor,
         _tf32: bool,
     ) -> Result<(), DeviceError> {
-        if self.workspace.is_none() && self.workspace_bytes > 0 {
-            self.workspace = Some(
-                self.tensors
-                    .allocate_bytes(self.workspace_bytes, "workspace")?,
-            );
+        // The first product creates the library handle and its workspaces after the output
+        // exists, in PyTorch's order (see crate::workspaces).
+        if self.workspaces.is_none() {
+            let mut blocks = Vec::new();
+            for (what, bytes) in self.policy.workspaces().allocations() {
+                blocks.push(self.tensors.allocate_bytes(bytes, what)?);
+            }
+            self.workspaces = Some(blocks);
         }
         Ok(())
     }

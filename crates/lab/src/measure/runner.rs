@@ -67,7 +67,10 @@ pub fn run<D: Device>(
         started_utc: info.started_utc,
         device_init_seconds: info.device_init_seconds,
         environment: device.environment(),
-        configuration: plan.configuration(&device.math_mode(o.dtype, o.allow_tf32)),
+        configuration: plan.configuration(
+            &device.math_mode(o.dtype, o.allow_tf32),
+            device.memory_policy(),
+        ),
         synthetic_model: plan.synthetic_model(),
         preflight: info.preflight,
         phases: Vec::new(),
@@ -191,12 +194,18 @@ impl<D: Device> Runner<'_, D> {
             }
         }
         let mut check = None;
-        if let (Some(y), Some(host)) = (last_output, host) {
-            let rows = check::sample_rows(self.plan);
-            let device_rows = self.device.read_rows(&y, &rows);
-            self.device.free(y);
-            let device_rows = device_rows.map_err(|e| failure(None, &e, self.device.stats()))?;
-            check = Some(check::compare(self.plan, &host, &rows, &device_rows));
+        if let Some(y) = last_output {
+            match host {
+                Some(host) => {
+                    let rows = check::sample_rows(self.plan);
+                    let device_rows = self.device.read_rows(&y, &rows);
+                    self.device.free(y);
+                    let device_rows =
+                        device_rows.map_err(|e| failure(None, &e, self.device.stats()))?;
+                    check = Some(check::compare(self.plan, &host, &rows, &device_rows));
+                }
+                None => self.device.free(y),
+            }
         }
         Ok(check)
     }
@@ -209,6 +218,7 @@ impl<D: Device> Runner<'_, D> {
         body: impl FnOnce(&mut Self) -> Result<T, DeviceError>,
     ) -> Result<T, RunError> {
         let fail = |r: &mut Self, e: DeviceError| failure(Some(phase), &e, r.device.stats());
+        self.device.phase_started(phase, index);
         self.device.synchronize().map_err(|e| fail(self, e))?;
         let device_before = self.device.device_memory().map_err(|e| fail(self, e))?;
         let baseline = self.device.stats().all;
@@ -221,6 +231,7 @@ impl<D: Device> Runner<'_, D> {
         let wall_seconds = start.elapsed().as_secs_f64();
         let end = self.device.stats().all;
         let device_after = self.device.device_memory().map_err(|e| fail(self, e))?;
+        self.device.phase_finished();
         let row = PhaseRow {
             phase,
             index,

@@ -1,6 +1,6 @@
 //! The runner, driven through the CPU reference device and a scripted device that fails on cue.
 
-use crate::alloc::Stats;
+use crate::alloc::{Action, PoolName, Stats};
 use crate::cpu::CpuDevice;
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
@@ -8,9 +8,10 @@ use crate::environment::Environment;
 use crate::measure::config::Plan;
 use crate::measure::config::tests::options;
 use crate::measure::document::{MeasurementDocument, Phase, Preflight};
-use crate::measure::preflight;
+use crate::measure::preflight::{self, PlannedAllocation};
 use crate::measure::runner::{Mode, RunInfo, Silent, run};
 use crate::tool::ToolInfo;
+use crate::workspaces::{CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, MemoryPolicy, WorkspaceOptions};
 
 fn info() -> RunInfo {
     RunInfo {
@@ -142,10 +143,199 @@ fn preflight_predicts_the_measured_peak() {
             .map(|r| r.memory.peak_reserved_bytes)
             .max()
             .unwrap();
-        assert_eq!(preflight::estimate_peak_reserved(&plan, 0), measured);
-        // A workspace adds to the prediction.
-        assert!(preflight::estimate_peak_reserved(&plan, 32 << 20) > measured);
+        let cpu_policy = CpuDevice::new(ToolInfo::new(None)).memory_policy();
+        assert_eq!(
+            preflight::estimate_peak_reserved(&plan, &cpu_policy),
+            measured
+        );
+        // The GPU's two workspaces add to the prediction.
+        let gpu = gpu_policy();
+        assert!(preflight::estimate_peak_reserved(&plan, &gpu) > measured);
     }
+}
+
+fn gpu_policy() -> MemoryPolicy {
+    MemoryPolicy::for_gpu(&WorkspaceOptions::default(), 9, 0)
+}
+
+/// A device that records the allocation sequence the runner asks of it (what, bytes, in order),
+/// in front of another device.
+struct Recording<D: Device> {
+    inner: D,
+    names: std::collections::HashMap<u64, (String, u64)>,
+    log: Vec<(Action, String, u64)>,
+}
+
+impl<D: Device> Device for Recording<D> {
+    fn environment(&self) -> Environment {
+        self.inner.environment()
+    }
+    fn memory_policy(&self) -> MemoryPolicy {
+        self.inner.memory_policy()
+    }
+    fn synchronize(&mut self) -> Result<(), DeviceError> {
+        self.inner.synchronize()
+    }
+    fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+    fn reset_peaks(&mut self) {
+        self.inner.reset_peaks();
+    }
+    fn device_memory(&mut self) -> Result<Option<DeviceMemory>, DeviceError> {
+        self.inner.device_memory()
+    }
+    fn allocate(
+        &mut self,
+        rows: usize,
+        cols: usize,
+        dtype: DType,
+        what: &str,
+    ) -> Result<Tensor, DeviceError> {
+        let t = self.inner.allocate(rows, cols, dtype, what)?;
+        self.log
+            .push((Action::Allocate, what.to_string(), t.bytes()));
+        self.names.insert(t.id, (what.to_string(), t.bytes()));
+        Ok(t)
+    }
+    fn free(&mut self, tensor: Tensor) {
+        if let Some((what, bytes)) = self.names.remove(&tensor.id) {
+            self.log.push((Action::Free, what, bytes));
+        }
+        self.inner.free(tensor)
+    }
+    fn upload(&mut self, tensor: &Tensor, values: &[f32]) -> Result<(), DeviceError> {
+        self.inner.upload(tensor, values)
+    }
+    fn fill_inputs(&mut self, tensor: &Tensor, seed: u64) -> Result<(), DeviceError> {
+        self.inner.fill_inputs(tensor, seed)
+    }
+    fn linear(
+        &mut self,
+        x: &Tensor,
+        w: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        tf32: bool,
+    ) -> Result<(), DeviceError> {
+        self.inner.linear(x, w, b, out, tf32)
+    }
+    fn gelu(&mut self, x: &Tensor, out: &Tensor) -> Result<(), DeviceError> {
+        self.inner.gelu(x, out)
+    }
+    fn read_rows(&mut self, tensor: &Tensor, rows: &[usize]) -> Result<Vec<f32>, DeviceError> {
+        self.inner.read_rows(tensor, rows)
+    }
+    fn start_clock(&mut self) -> Result<(), DeviceError> {
+        self.inner.start_clock()
+    }
+    fn stop_clock(&mut self) -> Result<Option<f64>, DeviceError> {
+        self.inner.stop_clock()
+    }
+}
+
+#[test]
+fn the_cpu_run_and_the_gpu_plan_share_one_allocation_sequence() {
+    for (b, c, w, dtype, warmup) in [
+        (1, 16, 64, DType::Float32, 1),
+        (2, 8, 96, DType::Bfloat16, 3),
+    ] {
+        let mut o = options(b, c, w, dtype);
+        o.warmup = warmup;
+        let plan = Plan::new(o).unwrap();
+        let mut cpu = Recording {
+            inner: CpuDevice::new(ToolInfo::new(None)),
+            names: Default::default(),
+            log: Vec::new(),
+        };
+        let doc = run(&mut cpu, &plan, info(), Mode::Measure, &mut Silent);
+        assert!(doc.complete, "{:?}", doc.error);
+        let planned = preflight::plan_run(&plan, &gpu_policy());
+        let workspaces = [CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE];
+        let shared: Vec<(Action, String, u64)> = planned
+            .allocations
+            .iter()
+            .filter(|a| !workspaces.contains(&a.event.what.as_str()))
+            .map(|a| {
+                (
+                    a.event.action,
+                    a.event.what.clone(),
+                    a.event.requested_bytes,
+                )
+            })
+            .collect();
+        // Up to the last free after the check, outside any phase.
+        assert_eq!(shared, cpu.log, "{b}x{c}x{w} {dtype}");
+        assert!(
+            planned.allocations[planned.allocations.len() - 6..]
+                .iter()
+                .all(|a| a.phase.is_none() && a.event.action == Action::Free),
+            "the last output, the inputs and the four weights are freed after the last phase"
+        );
+        // The workspaces come right after the first output, cuBLAS's first, then cuBLASLt's.
+        let first_output = planned
+            .allocations
+            .iter()
+            .position(|a| a.event.what == "linear1 output")
+            .unwrap();
+        let names: Vec<(&str, Option<Phase>, u64)> = planned.allocations
+            [first_output + 1..first_output + 3]
+            .iter()
+            .map(|a| (a.event.what.as_str(), a.phase, a.event.requested_bytes))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                (CUBLAS_WORKSPACE, Some(Phase::ColdForward), 33_554_432),
+                (CUBLASLT_WORKSPACE, Some(Phase::ColdForward), 1 << 20)
+            ]
+        );
+        assert_eq!(
+            planned
+                .allocations
+                .iter()
+                .filter(|a| workspaces.contains(&a.event.what.as_str()))
+                .count(),
+            2,
+            "the workspaces are allocated once and kept"
+        );
+    }
+}
+
+#[test]
+fn the_plan_labels_every_step_with_its_phase_in_order() {
+    let plan = Plan::new(options(1, 16, 64, DType::Float16)).unwrap();
+    let planned = preflight::plan_run(&plan, &gpu_policy());
+    let phases: Vec<(Phase, usize)> = planned.phases.iter().map(|r| (r.phase, r.index)).collect();
+    let mut seen: Vec<(Phase, usize)> = Vec::new();
+    for a in &planned.allocations {
+        if let Some(phase) = a.phase
+            && seen.last() != Some(&(phase, a.index))
+        {
+            seen.push((phase, a.index));
+        }
+    }
+    assert_eq!(seen, phases);
+    // model_load: four parameters, all small, the first one opening a 2 MiB segment.
+    let load: Vec<&PlannedAllocation> = planned
+        .allocations
+        .iter()
+        .filter(|a| a.phase == Some(Phase::ModelLoad))
+        .collect();
+    assert_eq!(load.len(), 4);
+    assert_eq!(load[0].event.new_segment_bytes, 2 << 20);
+    assert!(load[1..].iter().all(|a| a.event.new_segment_bytes == 0));
+    assert!(load.iter().all(|a| a.event.pool == PoolName::Small));
+    // The 32 MiB cuBLAS workspace gets a segment of its own in the large pool.
+    let ws = planned
+        .allocations
+        .iter()
+        .find(|a| a.event.what == CUBLAS_WORKSPACE)
+        .unwrap();
+    assert_eq!(
+        (ws.event.pool, ws.event.new_segment_bytes),
+        (PoolName::Large, 32 << 20)
+    );
 }
 
 #[test]
@@ -174,8 +364,8 @@ impl Device for Scripted {
     fn environment(&self) -> Environment {
         self.inner.environment()
     }
-    fn workspace_bytes(&self) -> u64 {
-        0
+    fn memory_policy(&self) -> MemoryPolicy {
+        self.inner.memory_policy()
     }
     fn synchronize(&mut self) -> Result<(), DeviceError> {
         self.inner.synchronize()
