@@ -65,6 +65,7 @@ fn an_unknown_command_is_refused_with_the_list() {
         .code(2)
         .stdout("")
         .stderr(predicate::str::contains(
-            "unknown command `nope`; the commands are: environment, estimate, price, measure",
-        ));
+            "unknown command `nope`; the commands are: environment, estimate, price",
+        ))
+        .stderr(predicate::str::contains("report, completions, man\n"));
 }

@@ -5,8 +5,9 @@
 //! A block is a terminal session: `$ command` lines, each followed by what it prints (stdout and
 //! stderr together, as a terminal shows them). A command may continue on the next line after a
 //! trailing `\`, or carry a here-document (`<<'EOF'` ... `EOF`). A line `...` stands for any
-//! number of lines. All the blocks of one document run in order in one `bash`, in a new empty
-//! folder, so files and variables carry over from block to block as in a real session. A command
+//! number of lines. All the blocks of one document run in order in one `bash`, in a new folder
+//! (README.md's with a copy of the checkout's `data/`, as from a checkout's root), so files and
+//! variables carry over from block to block as in a real session. A command
 //! whose expected output has an `iteragpu: error:` line must fail; any other must succeed.
 //!
 //! Before comparing, both sides are normalised (see [`normalise`]): times, hashes, commit ids
@@ -401,9 +402,25 @@ fn path_with(dir: &Path) -> String {
         .into_owned()
 }
 
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The README's examples run as from a checkout's root: in a new folder holding a copy of the
+/// checkout's `data/` (the example model configurations), where every file they write lands.
 #[test]
 fn readme_console_examples_print_what_they_show() {
     let dir = tempfile::tempdir().unwrap();
+    copy_tree(&repo().join("data"), &dir.path().join("data"));
     let bin = Path::new(env!("CARGO_BIN_EXE_iteragpu")).parent().unwrap();
     check_document(&repo().join("README.md"), dir.path(), &path_with(bin));
 }
