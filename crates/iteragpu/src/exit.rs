@@ -57,11 +57,15 @@ pub fn error_line(message: &str, code: u8, json: bool) -> String {
 /// Prints one error line on stderr (see [`error_line`]) and returns the exit code to end with.
 /// Commands that finish with a failure they have already written up (an incomplete run, a
 /// failed verification) call this instead of returning an error.
+/// Nothing from a file or the command line reaches the terminal raw: the text line is escaped
+/// as every stderr line is, the JSON object as every JSON document is.
 pub fn fail(message: &str, code: u8) -> ExitCode {
-    eprintln!(
-        "{}",
-        error_line(message, code, JSON_ERRORS.load(Ordering::Relaxed))
-    );
+    if JSON_ERRORS.load(Ordering::Relaxed) {
+        let line = error_line(message, code, true);
+        eprintln!("{}", crate::output::escape_json(&line));
+    } else {
+        crate::output::eprint_line(&error_line(message, code, false));
+    }
     ExitCode::from(code)
 }
 

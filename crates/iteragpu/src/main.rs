@@ -1,6 +1,7 @@
 //! `iteragpu`: the command-line edge of IteraGPU Lab. Parsing, printing and exit codes live here;
 //! everything else is in the library crates.
 
+mod child;
 mod cli;
 mod cmd;
 mod exit;

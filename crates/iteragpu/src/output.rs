@@ -1,20 +1,77 @@
-//! Writing to stdout: one JSON document for `--json`, text otherwise.
+//! Writing to stdout and stderr: one JSON document for `--json`, text otherwise. Nothing that
+//! came from a file, a document or the command line reaches a terminal raw: control characters,
+//! escape sequences and bidirectional overrides go out as visible escapes ([`lab::text`]).
 
 use std::io::Write;
 
+/// `json` (serialised by serde_json, which escapes C0 controls inside strings) with the
+/// characters serde_json leaves raw (DEL, C1 controls such as the 8-bit CSI, bidirectional
+/// overrides) written as `\uXXXX` escapes: the same JSON value, safe on a terminal. Raw line feeds
+/// are the pretty printer's own (a line feed inside a string is already `\n`).
+pub fn escape_json(json: &str) -> std::borrow::Cow<'_, str> {
+    if !json
+        .chars()
+        .any(|c| c != '\n' && lab::text::is_unsafe_char(c))
+    {
+        return std::borrow::Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if c != '\n' && lab::text::is_unsafe_char(c) {
+            // Every such character is in the Basic Multilingual Plane: one \u escape.
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Prints `value` as one pretty JSON document followed by a newline, and nothing else.
 pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(value)?;
     let mut out = std::io::stdout().lock();
-    serde_json::to_writer_pretty(&mut out, value)?;
+    out.write_all(escape_json(&json).as_bytes())?;
     writeln!(out)?;
     out.flush()?;
     Ok(())
 }
 
-/// Prints text as given (it carries its own newlines).
+/// Prints text as given (it carries its own newlines), with anything a terminal would obey
+/// escaped.
 pub fn print_text(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes())?;
+    out.write_all(lab::text::printable_lines(text).as_bytes())?;
     out.flush()?;
     Ok(())
+}
+
+/// One line on stderr, escaped like [`print_text`].
+pub fn eprint_line(text: &str) {
+    eprintln!("{}", lab::text::printable_lines(text));
+}
+
+/// A warning on stderr: something the user should know although the command succeeded.
+pub fn warn(text: &str) {
+    eprint_line(&format!("iteragpu: warning: {text}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_escapes_keep_the_value_and_lose_the_control() {
+        let value = serde_json::json!({"name": "a\u{1b}[2J\u{9b}1m\u{202e}\u{7f}b\nc"});
+        let json = serde_json::to_string_pretty(&value).unwrap();
+        let escaped = escape_json(&json);
+        assert!(
+            !escaped
+                .chars()
+                .any(|c| c != '\n' && lab::text::is_unsafe_char(c)),
+            "{escaped}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();
+        assert_eq!(back, value);
+    }
 }

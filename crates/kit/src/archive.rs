@@ -118,7 +118,7 @@ pub fn build(options: &KitOptions) -> Result<Kit, KitError> {
 
 /// Writes `bytes` to `path`, which must not exist yet. The bytes go to a temporary file in the
 /// same folder first and are moved into place whole, so a failure never leaves half a kit.
-pub fn write_new(path: &Path, bytes: &[u8]) -> Result<(), KitError> {
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<lab::files::Written, KitError> {
     lab::files::write_new(path, bytes).map_err(|e| match e {
         lab::files::OutputError::Exists(p) => KitError::OutputExists(p),
         other => KitError::Write(other),
@@ -196,7 +196,7 @@ mod tests {
     fn write_new_refuses_an_existing_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("k.zip");
-        write_new(&path, b"one").unwrap();
+        let _ = write_new(&path, b"one").unwrap();
         let err = write_new(&path, b"two").unwrap_err();
         assert!(matches!(err, KitError::OutputExists(_)), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), b"one");

@@ -12,7 +12,7 @@ pub enum KitError {
     #[error(transparent)]
     Write(lab::files::OutputError),
     /// The zip library refused an entry (it should not: names and sizes are ours).
-    #[error("cannot build the zip archive: {0}")]
+    #[error("cannot build the zip archive")]
     Zip(#[from] zip::result::ZipError),
     /// The manifest's own size did not settle (it always does in two or three rounds).
     #[error("the manifest's size did not converge after {0} rounds")]
@@ -40,6 +40,6 @@ pub enum KitError {
     #[error("two binaries for {0}: give one binary per target")]
     DuplicateTarget(String),
     /// The manifest could not be serialised.
-    #[error("cannot serialise MANIFEST.json: {0}")]
+    #[error("cannot serialise MANIFEST.json")]
     Json(#[from] serde_json::Error),
 }

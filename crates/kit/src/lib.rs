@@ -10,7 +10,10 @@
 //!
 //! [`verify::verify`] checks a zip or an extracted folder against its manifest without writing
 //! anything to disk: *complete* (nothing missing, nothing unexpected, no unsafe path) and *valid*
-//! (sizes, then hashes) are reported separately, each failure by name.
+//! (sizes, then hashes) are reported separately, each failure by name. A zip's layout is read by
+//! this crate itself ([`structure`]): every local header must match its central entry, and no
+//! byte may lie before, between or after the entries; names that collide once case is ignored
+//! or Unicode normalised are refused.
 #![forbid(unsafe_code)]
 
 pub mod archive;
@@ -19,6 +22,7 @@ pub mod error;
 pub mod hash;
 pub mod manifest;
 pub mod members;
+pub mod structure;
 pub mod verify;
 
 pub use archive::{Kit, KitOptions, build, write_new};

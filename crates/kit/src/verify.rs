@@ -89,6 +89,20 @@ pub enum Failure {
         /// The reader's error.
         reason: String,
     },
+    /// The zip's layout is not what it claims: a local header that differs from its central
+    /// entry, or bytes before, between or after the entries (see [`crate::structure`]).
+    Structure {
+        /// What is wrong.
+        reason: String,
+    },
+    /// Two names that are one on a filesystem that ignores case or normalises Unicode: extracted
+    /// there, one would overwrite the other.
+    Collision {
+        /// One name.
+        path: String,
+        /// The other.
+        other: String,
+    },
 }
 
 impl Failure {
@@ -103,6 +117,8 @@ impl Failure {
                 | Failure::Unexpected { .. }
                 | Failure::Duplicate { .. }
                 | Failure::UnsafePath { .. }
+                | Failure::Structure { .. }
+                | Failure::Collision { .. }
         )
     }
 }
@@ -140,6 +156,12 @@ impl std::fmt::Display for Failure {
                 "hash mismatch: {path} has SHA-256 {actual}, {MANIFEST_NAME} says {expected}"
             ),
             Failure::Unreadable { path, reason } => write!(f, "unreadable: {path}: {reason}"),
+            Failure::Structure { reason } => write!(f, "zip structure: {reason}"),
+            Failure::Collision { path, other } => write!(
+                f,
+                "name collision: {path} and {other} are one name on a filesystem that ignores \
+                 case or normalises Unicode"
+            ),
         }
     }
 }
@@ -225,12 +247,12 @@ impl Report {
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     /// The path does not exist or cannot be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {reason}", path.display())]
     Open {
         /// The path given.
         path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error, once.
+        reason: String,
     },
     /// A file that is not a zip archive.
     #[error("{} is not a readable zip archive ({reason}); give a .zip or an extracted folder", path.display())]
@@ -260,9 +282,9 @@ pub fn unsafe_reason(name: &str) -> Option<&'static str> {
 
 /// Checks the kit at `path`: a zip archive, an extracted top folder, or a folder holding one.
 pub fn verify(path: &Path) -> Result<Report, VerifyError> {
-    let meta = std::fs::metadata(path).map_err(|source| VerifyError::Open {
+    let meta = std::fs::metadata(path).map_err(|e| VerifyError::Open {
         path: path.to_path_buf(),
-        source,
+        reason: lab::files::os_message(&e),
     })?;
     if meta.is_dir() {
         Ok(verify_folder(path))
@@ -433,17 +455,63 @@ fn compare(
     }
 }
 
+/// Names that would be one file on a case-insensitive or normalising filesystem (macOS, Windows):
+/// each pair once, in sorted order.
+fn collisions(names: impl IntoIterator<Item = String>, report: &mut Report) {
+    use unicode_normalization::UnicodeNormalization;
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut sorted: Vec<String> = names.into_iter().collect();
+    sorted.sort();
+    for name in sorted {
+        let key: String = name
+            .nfkc()
+            .collect::<String>()
+            .to_lowercase()
+            .nfkc()
+            .collect();
+        match seen.get(&key) {
+            Some(other) => report.fail(Failure::Collision {
+                path: name.clone(),
+                other: other.clone(),
+            }),
+            None => {
+                seen.insert(key, name);
+            }
+        }
+    }
+}
+
 fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
-    let file = File::open(path).map_err(|source| VerifyError::Open {
+    let open = || {
+        File::open(path).map_err(|e| VerifyError::Open {
+            path: path.to_path_buf(),
+            reason: lab::files::os_message(&e),
+        })
+    };
+    // The layout first, by this tool's own reading: bounded, and before the zip library reads
+    // (and holds) every central entry.
+    let mut raw = open()?;
+    let len = raw
+        .metadata()
+        .map_err(|e| VerifyError::Open {
+            path: path.to_path_buf(),
+            reason: lab::files::os_message(&e),
+        })?
+        .len();
+    let layout = crate::structure::layout(&mut raw, len).map_err(|reason| VerifyError::NotZip {
         path: path.to_path_buf(),
-        source,
+        reason,
     })?;
+    let file = open()?;
     let mut archive =
         zip::ZipArchive::new(BufReader::new(file)).map_err(|e| VerifyError::NotZip {
             path: path.to_path_buf(),
             reason: e.to_string(),
         })?;
     let mut report = Report::new(path, Source::Zip);
+    for reason in layout.problems {
+        report.fail(Failure::Structure { reason });
+    }
     if archive.has_duplicate_names() {
         report.fail(Failure::Duplicate {
             path: "the archive stores at least one name twice".to_string(),
@@ -545,6 +613,10 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         }
     }
 
+    collisions(
+        found.keys().cloned().chain(folders.iter().cloned()),
+        &mut report,
+    );
     let manifest_bytes = match found.get(MANIFEST_NAME).map(|f| &f.at) {
         Some(Location::Zip(index)) => {
             let mut bytes = Vec::new();
@@ -615,6 +687,10 @@ fn verify_folder(path: &Path) -> Report {
     let mut found = BTreeMap::new();
     let mut folders = BTreeSet::new();
     walk(&root, "", &mut found, &mut folders, &mut report);
+    collisions(
+        found.keys().cloned().chain(folders.iter().cloned()),
+        &mut report,
+    );
 
     let manifest_bytes = match found.get(MANIFEST_NAME) {
         Some(Found {

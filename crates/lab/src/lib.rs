@@ -19,6 +19,7 @@ pub mod fit;
 pub mod measure;
 pub mod memory;
 pub mod price;
+pub mod text;
 pub mod tool;
 pub mod units;
 pub mod workspaces;

@@ -14,9 +14,9 @@ fn repo_file(name: &str) -> String {
 fn results_grid_is_header_only() {
     assert_eq!(
         repo_file("data/resultats-bruts.csv"),
-        "run_id,date_utc,protocol_sha256,corpus_id,gpu,days,lots,device_model,device_uuid,\
-         driver_version,measurement_sha256,units_submitted,units_accepted,acceptance_threshold,\
-         threshold_met,notes\n"
+        "run_id,date_utc,protocol_sha256,corpus_id,rental,gpu,days,lots,device_model,device_uuid,\
+         driver_version,device_mismatch,measurement_sha256,units_submitted,units_accepted,\
+         acceptance_threshold,threshold_met,aggregation,notes\n"
     );
 }
 

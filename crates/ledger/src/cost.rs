@@ -1,12 +1,19 @@
-//! `cost`: what one accepted useful unit cost, per package, from the results grid and the tariff
-//! catalogue.
+//! `cost`: what one accepted useful unit cost, per rental and for all rentals together, from the
+//! results grid and the tariff catalogue.
 //!
-//! The rules are the original kit's, through [`lab::price`]: the *whole* package price (lot price
-//! x lots) is divided by the number of distinct accepted units, an exact decimal rounded once,
-//! half to even, to 1/10000 of a cent; without accepted units the unit price is `null`. Repeated
-//! benchmarks of the same corpus are not new units: for each distinct `corpus_id` among a
-//! package's rows only the highest `units_accepted` counts, and the package's distinct accepted
-//! units are the sum of those maxima over its corpora.
+//! The money rules are the original kit's, through [`lab::price`]: a rental costs its *whole*
+//! package price (lot price x lots), divided by the distinct accepted units, an exact decimal
+//! rounded once, half to even, to 1/10000 of a cent. What counts as accepted units:
+//!
+//! - Only runs whose acceptance rate met the protocol's threshold count. A rental with none has
+//!   no unit price, and `cost` says why.
+//! - A corpus run more than once on one rental is not new work: its accepted units are those of
+//!   one run, chosen by the protocol's `aggregation` (best, last, or the mean rounded down, of
+//!   the runs that met the threshold). A rental's accepted units are the sum over its corpora.
+//! - Each rental is one package bought: two rentals of `h200:7:1` cost twice. All rentals
+//!   together cost the sum of their prices, and their distinct accepted units count each corpus
+//!   once, by the same rule over the runs of every rental: a second rental that reran the same
+//!   corpus bought no new units.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,33 +25,57 @@ use serde::Serialize;
 
 use crate::error::LedgerError;
 use crate::grid::{self, LineRow, Package};
+use crate::protocol::Aggregation;
 
-/// The accepted units one corpus contributes to a package.
+/// The accepted units one corpus contributes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct CorpusUnits {
     /// The corpus.
     pub corpus_id: String,
-    /// Rows (runs) of this package on this corpus.
+    /// The protocol it was judged by.
+    pub protocol_sha256: String,
+    /// The protocol's rule for repeated runs.
+    pub aggregation: Aggregation,
+    /// Runs of the corpus here.
     pub runs: usize,
-    /// The most units accepted by any one of those runs: what the corpus contributes.
+    /// Of those, runs that met the protocol's threshold: the only ones that count.
+    pub runs_meeting_threshold: usize,
+    /// What the rule gives over those runs (0 without any).
     pub accepted_units: u64,
 }
 
-/// The cost of one accepted unit on one package.
+/// A run recorded on another device than its package's GPU (`--allow-device-mismatch`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PackageCost {
-    /// The package (GPU slug, days, lots).
+pub struct DeviceMismatch {
+    /// The row's line.
+    pub line: u64,
+    /// Its run id.
+    pub run_id: String,
+    /// What it was measured on.
+    pub device_model: String,
+    /// The device's UUID (`cpu-reference` for the CPU reference device).
+    pub device_uuid: String,
+}
+
+/// The cost of one accepted unit on one rental.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RentalCost {
+    /// The rental's name.
+    pub rental: String,
+    /// Its package (GPU slug, days, lots).
     #[serde(flatten)]
     pub package: Package,
     /// The GPU's display name from the catalogue.
     pub model: String,
-    /// Rows of the grid for this package.
+    /// The rental's first line in the grid.
+    pub first_line: u64,
+    /// Rows of the grid for this rental.
     pub runs: usize,
     /// Of those, rows whose acceptance rate met the protocol's threshold.
     pub runs_meeting_threshold: usize,
     /// What each corpus contributes.
     pub corpora: Vec<CorpusUnits>,
-    /// Distinct accepted units: the sum over corpora of each corpus's best run.
+    /// The sum over corpora.
     pub accepted_units: u64,
     /// Lot price x lots, whole cents.
     pub total_price_cents: u64,
@@ -52,9 +83,33 @@ pub struct PackageCost {
     pub currency: String,
     /// total / accepted units, half-even to 1/10000 cent; `null` without accepted units.
     pub unit_price_cents: Option<Decimal>,
+    /// Why there is no unit price, when there is none.
+    pub no_unit_price: Option<String>,
+    /// Runs measured on another device than the package's GPU.
+    pub device_mismatches: Vec<DeviceMismatch>,
     /// The catalogue row's `source` (the bundled rows say they are examples).
     pub source: String,
     /// True when that source says the price is an example, not a quote.
+    pub example_price: bool,
+}
+
+/// All rentals together, in one currency.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Total {
+    /// ISO 4217 code.
+    pub currency: String,
+    /// Rentals priced in it.
+    pub rentals: usize,
+    /// The sum of their package prices, whole cents.
+    pub total_price_cents: u64,
+    /// Distinct accepted units: each corpus once, by its protocol's rule over the runs of all
+    /// these rentals that met the threshold.
+    pub accepted_units: u64,
+    /// total / accepted units; `null` without accepted units.
+    pub unit_price_cents: Option<Decimal>,
+    /// Why there is no unit price, when there is none.
+    pub no_unit_price: Option<String>,
+    /// True when any of the prices is an example.
     pub example_price: bool,
 }
 
@@ -67,39 +122,97 @@ pub struct CostReport {
     pub catalogue: String,
     /// Rows read.
     pub runs: usize,
-    /// One entry per package, sorted by GPU, days, lots.
-    pub packages: Vec<PackageCost>,
+    /// One entry per rental, in the order of their first row.
+    pub rentals: Vec<RentalCost>,
+    /// One entry per currency (one with the bundled catalogue), empty without rentals.
+    pub totals: Vec<Total>,
 }
 
-/// Prices every package of the grid at `results` with `catalogue`.
+/// Prices every rental of the grid at `results` with `catalogue`.
 pub fn cost(results: &Path, catalogue: &Catalogue) -> Result<CostReport, LedgerError> {
-    let rows = grid::read(results)?;
-    let packages = cost_rows(results, &rows, catalogue)?;
+    let grid = grid::read(results)?;
+    let rentals = cost_rows(results, &grid.rows, catalogue)?;
+    let totals = totals(&grid.rows, &rentals);
     Ok(CostReport {
         results: results.display().to_string(),
         catalogue: catalogue.name().to_string(),
-        runs: rows.len(),
-        packages,
+        runs: grid.rows.len(),
+        rentals,
+        totals,
     })
 }
 
-/// The per-package costs of `rows` (read from `path`, named in errors).
+/// Groups `rows` by corpus (each corpus has one protocol in a grid) and applies each protocol's
+/// rule to the runs that met its threshold.
+fn corpora(rows: &[&LineRow]) -> Vec<CorpusUnits> {
+    let mut by_corpus: BTreeMap<&str, Vec<&LineRow>> = BTreeMap::new();
+    for r in rows {
+        by_corpus.entry(&r.row.corpus_id).or_default().push(r);
+    }
+    by_corpus
+        .into_values()
+        .map(|runs| {
+            let first = &runs[0].row;
+            let met: Vec<u64> = runs
+                .iter()
+                .filter(|r| r.row.threshold_met)
+                .map(|r| r.row.units_accepted)
+                .collect();
+            CorpusUnits {
+                corpus_id: first.corpus_id.clone(),
+                protocol_sha256: first.protocol_sha256.clone(),
+                aggregation: first.aggregation,
+                runs: runs.len(),
+                runs_meeting_threshold: met.len(),
+                accepted_units: first.aggregation.apply(&met).unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+fn sum_units(corpora: &[CorpusUnits]) -> Option<u64> {
+    corpora
+        .iter()
+        .try_fold(0u64, |sum, c| sum.checked_add(c.accepted_units))
+}
+
+/// Why a set of runs has no unit price.
+fn why_none(runs: usize) -> String {
+    let which = if runs == 1 {
+        "its one run did not meet".to_string()
+    } else {
+        format!("none of its {runs} runs met")
+    };
+    format!("{which} the protocol's minimum_acceptance_rate, so no unit counts as accepted")
+}
+
+/// The per-rental costs of `rows` (read from `path`, named in errors).
 pub fn cost_rows(
     path: &Path,
     rows: &[LineRow],
     catalogue: &Catalogue,
-) -> Result<Vec<PackageCost>, LedgerError> {
-    let mut by_package: BTreeMap<&Package, Vec<&LineRow>> = BTreeMap::new();
+) -> Result<Vec<RentalCost>, LedgerError> {
+    let mut order: Vec<&str> = Vec::new();
+    let mut by_rental: BTreeMap<&str, Vec<&LineRow>> = BTreeMap::new();
     for row in rows {
-        by_package.entry(&row.row.package).or_default().push(row);
+        let entry = by_rental.entry(&row.row.rental).or_default();
+        if entry.is_empty() {
+            order.push(&row.row.rental);
+        }
+        entry.push(row);
     }
-    let mut out = Vec::with_capacity(by_package.len());
-    for (package, rows) in by_package {
-        let first_line = rows.first().map_or(0, |r| r.line);
-        let price_err = |reason: String| LedgerError::BadRow {
+    let mut out = Vec::with_capacity(order.len());
+    for rental in order {
+        let rows = &by_rental[rental];
+        let first = rows[0];
+        let package = &first.row.package;
+        let unpriced = |reason: String| LedgerError::Unpriced {
             path: path.to_path_buf(),
-            line: first_line,
-            reason: format!("package {package} cannot be priced: {reason}"),
+            line: first.line,
+            message: format!(
+                "rental {rental} ({package}) cannot be priced with the catalogue {}: {reason}",
+                catalogue.name()
+            ),
         };
         let q = quote(
             catalogue,
@@ -108,42 +221,45 @@ pub fn cost_rows(
             u64::from(package.lots),
             None,
         )
-        .map_err(|e| price_err(e.to_string()))?;
-
-        let mut corpora: BTreeMap<&str, CorpusUnits> = BTreeMap::new();
-        for r in &rows {
-            let entry = corpora
-                .entry(r.row.corpus_id.as_str())
-                .or_insert_with(|| CorpusUnits {
-                    corpus_id: r.row.corpus_id.clone(),
-                    runs: 0,
-                    accepted_units: 0,
-                });
-            entry.runs += 1;
-            entry.accepted_units = entry.accepted_units.max(r.row.units_accepted);
-        }
-        let accepted_units = corpora
-            .values()
-            .try_fold(0u64, |sum, c| sum.checked_add(c.accepted_units))
-            .ok_or_else(|| price_err("the accepted units overflow a 64-bit count".into()))?;
-        let unit_price_cents = if accepted_units == 0 {
-            None
+        .map_err(|e| unpriced(e.to_string()))?;
+        let corpora = corpora(rows);
+        let accepted_units = sum_units(&corpora)
+            .ok_or_else(|| unpriced("the accepted units overflow a 64-bit count".into()))?;
+        let runs_meeting_threshold = rows.iter().filter(|r| r.row.threshold_met).count();
+        let (unit_price_cents, no_unit_price) = if accepted_units == 0 {
+            (None, Some(why_none(rows.len())))
         } else {
-            Some(
-                unit_price_cents(q.total_price_cents, accepted_units)
-                    .map_err(|e| price_err(e.to_string()))?,
+            (
+                Some(
+                    unit_price_cents(q.total_price_cents, accepted_units)
+                        .map_err(|e| unpriced(e.to_string()))?,
+                ),
+                None,
             )
         };
-        out.push(PackageCost {
+        out.push(RentalCost {
+            rental: rental.to_string(),
             package: package.clone(),
             model: q.model.clone(),
+            first_line: first.line,
             runs: rows.len(),
-            runs_meeting_threshold: rows.iter().filter(|r| r.row.threshold_met).count(),
-            corpora: corpora.into_values().collect(),
+            runs_meeting_threshold,
+            corpora,
             accepted_units,
             total_price_cents: q.total_price_cents,
             currency: q.currency.clone(),
             unit_price_cents,
+            no_unit_price,
+            device_mismatches: rows
+                .iter()
+                .filter(|r| r.row.device_mismatch)
+                .map(|r| DeviceMismatch {
+                    line: r.line,
+                    run_id: r.row.run_id.clone(),
+                    device_model: r.row.device_model.clone(),
+                    device_uuid: r.row.device_uuid.clone(),
+                })
+                .collect(),
             example_price: q.is_example(),
             source: q.source,
         });
@@ -151,93 +267,248 @@ pub fn cost_rows(
     Ok(out)
 }
 
+/// All rentals together, per currency.
+fn totals(rows: &[LineRow], rentals: &[RentalCost]) -> Vec<Total> {
+    let mut by_currency: BTreeMap<&str, Vec<&RentalCost>> = BTreeMap::new();
+    for r in rentals {
+        by_currency.entry(&r.currency).or_default().push(r);
+    }
+    by_currency
+        .into_iter()
+        .map(|(currency, rentals)| {
+            let names: Vec<&str> = rentals.iter().map(|r| r.rental.as_str()).collect();
+            let runs: Vec<&LineRow> = rows
+                .iter()
+                .filter(|r| names.contains(&r.row.rental.as_str()))
+                .collect();
+            let total_price_cents = rentals
+                .iter()
+                .try_fold(0u64, |sum, r| sum.checked_add(r.total_price_cents));
+            let accepted_units = sum_units(&corpora(&runs));
+            let (unit_price_cents, no_unit_price) = match (total_price_cents, accepted_units) {
+                (Some(total), Some(n)) if n > 0 => (unit_price_cents(total, n).ok(), None),
+                (Some(_), Some(_)) => (None, Some(why_none(runs.len()))),
+                _ => (
+                    None,
+                    Some("the total overflows a 64-bit count of cents or units".to_string()),
+                ),
+            };
+            Total {
+                currency: currency.to_string(),
+                rentals: rentals.len(),
+                total_price_cents: total_price_cents.unwrap_or(u64::MAX),
+                accepted_units: accepted_units.unwrap_or(u64::MAX),
+                unit_price_cents,
+                no_unit_price,
+                example_price: rentals.iter().any(|r| r.example_price),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grid::Row;
+    use crate::grid::{Row, threshold_met};
     use proptest::prelude::*;
 
-    fn row(line: u64, package: &str, corpus: &str, submitted: u64, accepted: u64) -> LineRow {
+    fn row(line: u64, rental: &str, package: &str, corpus: &str, accepted: u64) -> LineRow {
+        row_with(
+            line,
+            rental,
+            package,
+            corpus,
+            500,
+            accepted,
+            Aggregation::Best,
+        )
+    }
+
+    fn row_with(
+        line: u64,
+        rental: &str,
+        package: &str,
+        corpus: &str,
+        submitted: u64,
+        accepted: u64,
+        aggregation: Aggregation,
+    ) -> LineRow {
+        let sha = format!("{line:064x}");
         LineRow {
             line,
             row: Row {
-                run_id: format!("{line:012}"),
+                run_id: sha[..12].to_string(),
                 date_utc: "2026-09-24T08:00:00Z".into(),
                 protocol_sha256: "ab".repeat(32),
                 corpus_id: corpus.into(),
+                rental: rental.into(),
                 package: package.parse().unwrap(),
                 device_model: "x".into(),
-                device_uuid: "cpu-reference".into(),
-                driver_version: "none".into(),
-                measurement_sha256: format!("{line:064}"),
+                device_uuid: "GPU-1".into(),
+                driver_version: "570".into(),
+                device_mismatch: false,
+                measurement_sha256: sha,
                 units_submitted: submitted,
                 units_accepted: accepted,
                 acceptance_threshold: "0.9".into(),
-                threshold_met: accepted * 10 >= submitted * 9,
+                threshold_met: threshold_met(accepted, submitted, "0.9".parse().unwrap()),
+                aggregation,
                 notes: String::new(),
             },
         }
     }
 
+    fn lot(gpu: &str, days: u32) -> u64 {
+        Catalogue::embedded().find(gpu, days).unwrap().price_cents
+    }
+
     #[test]
-    fn repeats_of_a_corpus_are_not_new_units() {
+    fn reruns_of_a_corpus_are_not_new_units_and_only_passing_runs_count() {
         let c = Catalogue::embedded();
-        let lot = c.find("b200", 7).unwrap().price_cents;
         let rows = [
-            row(2, "b200:7:2", "tickets-v3", 500, 473),
-            row(3, "b200:7:2", "tickets-v3", 500, 480),
-            row(4, "b200:7:2", "invoices-v1", 100, 20),
-            row(5, "h100-sxm:3:1", "tickets-v3", 10, 0),
+            row(2, "a", "b200:7:2", "tickets-v3", 473),
+            row(3, "a", "b200:7:2", "tickets-v3", 480),
+            // Below the threshold: 20 of 500 accepted does not count at all.
+            row(4, "a", "b200:7:2", "invoices-v1", 20),
+            row(5, "b", "h100-sxm:3:1", "tickets-v3", 10),
         ];
         let costs = cost_rows(Path::new("g.csv"), &rows, &c).unwrap();
         assert_eq!(costs.len(), 2);
-        let b200 = &costs[0];
-        assert_eq!(b200.package.gpu, "b200");
-        assert_eq!(b200.runs, 3);
-        assert_eq!(b200.runs_meeting_threshold, 2);
-        assert_eq!(b200.accepted_units, 480 + 20);
-        assert_eq!(b200.total_price_cents, 2 * lot);
+        let a = &costs[0];
         assert_eq!(
-            b200.unit_price_cents,
-            Some(unit_price_cents(2 * lot, 500).unwrap())
+            (a.rental.as_str(), a.runs, a.runs_meeting_threshold),
+            ("a", 3, 2)
         );
-        let h100 = &costs[1];
-        assert_eq!(h100.accepted_units, 0);
-        assert_eq!(h100.unit_price_cents, None);
-        let json = serde_json::to_value(h100).unwrap();
+        assert_eq!(a.accepted_units, 480);
+        assert_eq!(a.total_price_cents, 2 * lot("b200", 7));
+        assert_eq!(
+            a.unit_price_cents,
+            Some(unit_price_cents(2 * lot("b200", 7), 480).unwrap())
+        );
+        let invoices = a
+            .corpora
+            .iter()
+            .find(|c| c.corpus_id == "invoices-v1")
+            .unwrap();
+        assert_eq!(
+            (
+                invoices.runs,
+                invoices.runs_meeting_threshold,
+                invoices.accepted_units
+            ),
+            (1, 0, 0)
+        );
+        let b = &costs[1];
+        assert_eq!(b.accepted_units, 0);
+        assert_eq!(b.unit_price_cents, None);
+        assert!(
+            b.no_unit_price
+                .as_deref()
+                .unwrap()
+                .contains("its one run did not meet"),
+            "{b:?}"
+        );
+        let json = serde_json::to_value(b).unwrap();
         assert!(json["unit_price_cents"].is_null());
     }
 
     #[test]
-    fn an_unknown_gpu_names_its_row() {
-        let rows = [row(7, "nosuchgpu:7:1", "c", 1, 1)];
+    fn two_rentals_of_one_package_cost_twice_and_a_rerun_corpus_counts_once() {
+        let c = Catalogue::embedded();
+        let rows = vec![
+            row(2, "first", "h200:7:1", "tickets-v3", 470),
+            row(3, "second", "h200:7:1", "tickets-v3", 480),
+            row_with(
+                4,
+                "second",
+                "h200:7:1",
+                "invoices-v1",
+                100,
+                95,
+                Aggregation::Best,
+            ),
+        ];
+        let report_rentals = cost_rows(Path::new("g.csv"), &rows, &c).unwrap();
+        assert_eq!(
+            report_rentals.len(),
+            2,
+            "one package bought twice is two rentals"
+        );
+        assert_eq!(report_rentals[1].accepted_units, 480 + 95);
+        let t = totals(&rows, &report_rentals);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].rentals, 2);
+        assert_eq!(t[0].total_price_cents, 2 * lot("h200", 7));
+        // tickets-v3 once (best of 470 and 480), invoices-v1 once.
+        assert_eq!(t[0].accepted_units, 480 + 95);
+        assert_eq!(
+            t[0].unit_price_cents,
+            Some(unit_price_cents(2 * lot("h200", 7), 575).unwrap())
+        );
+    }
+
+    #[test]
+    fn the_protocols_rule_is_applied() {
+        let c = Catalogue::embedded();
+        for (rule, expected) in [
+            (Aggregation::Best, 480),
+            (Aggregation::Last, 460),
+            (Aggregation::Mean, 470),
+        ] {
+            let rows = [
+                row_with(2, "a", "l4:3:1", "t", 500, 470, rule),
+                row_with(3, "a", "l4:3:1", "t", 500, 480, rule),
+                row_with(4, "a", "l4:3:1", "t", 500, 10, rule), // does not count
+                row_with(5, "a", "l4:3:1", "t", 500, 460, rule),
+            ];
+            let costs = cost_rows(Path::new("g.csv"), &rows, &c).unwrap();
+            assert_eq!(costs[0].accepted_units, expected, "{rule}");
+            assert_eq!(costs[0].corpora[0].aggregation, rule);
+        }
+    }
+
+    #[test]
+    fn an_unknown_gpu_names_its_row_and_the_way_out() {
+        let rows = [row(7, "r", "nosuchgpu:7:1", "c", 500)];
         let err = cost_rows(Path::new("g.csv"), &rows, &Catalogue::embedded())
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("g.csv, line 7: package nosuchgpu:7:1 cannot be priced"),
+            err.contains("g.csv, line 7: rental r (nosuchgpu:7:1) cannot be priced"),
             "{err}"
         );
+        assert!(err.contains("--catalogue FILE"), "{err}");
     }
 
     proptest! {
         #[test]
-        fn distinct_units_are_the_sum_of_per_corpus_maxima(
-            runs in proptest::collection::vec((0usize..3, 0u64..1000), 1..20)
+        fn distinct_units_follow_the_rule_per_corpus(
+            runs in proptest::collection::vec((0usize..3, 0u64..=1000), 1..20),
+            rule in 0usize..3,
         ) {
+            let rule = Aggregation::ALL[rule];
             let rows: Vec<LineRow> = runs
                 .iter()
                 .enumerate()
                 .map(|(i, (corpus, accepted))| {
-                    row(i as u64 + 2, "b200:3:1", &format!("c{corpus}"), 1000, *accepted)
+                    row_with(i as u64 + 2, "r", "b200:3:1", &format!("c{corpus}"), 1000, *accepted, rule)
                 })
                 .collect();
             let costs = cost_rows(Path::new("g"), &rows, &Catalogue::embedded()).unwrap();
-            let mut best = [None::<u64>; 3];
-            for (corpus, accepted) in &runs {
-                best[*corpus] = Some(best[*corpus].map_or(*accepted, |b| b.max(*accepted)));
+            let mut expected = 0u64;
+            for corpus in 0..3 {
+                let met: Vec<u64> = runs
+                    .iter()
+                    .filter(|(c, a)| *c == corpus && *a >= 900)
+                    .map(|(_, a)| *a)
+                    .collect();
+                expected += match (rule, met.is_empty()) {
+                    (_, true) => 0,
+                    (Aggregation::Best, _) => *met.iter().max().unwrap(),
+                    (Aggregation::Last, _) => *met.last().unwrap(),
+                    (Aggregation::Mean, _) => met.iter().sum::<u64>() / met.len() as u64,
+                };
             }
-            let expected: u64 = best.iter().flatten().sum();
             prop_assert_eq!(costs[0].accepted_units, expected);
             prop_assert_eq!(costs[0].unit_price_cents.is_none(), expected == 0);
         }

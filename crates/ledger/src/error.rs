@@ -2,17 +2,17 @@
 
 use std::path::PathBuf;
 
+use lab::files::{InputError, OutputError};
+
 /// A ledger operation that failed or was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum LedgerError {
-    /// Reading or writing a file failed.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// Reading a file failed or the file is over its limit.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// A file cannot be written where asked (exit 2), or writing it failed (exit 1).
+    #[error(transparent)]
+    Output(#[from] OutputError),
     /// `protocol init` never overwrites.
     #[error("{} already exists; choose a new file name (a protocol is never overwritten)", .0.display())]
     ProtocolExists(PathBuf),
@@ -98,6 +98,18 @@ pub enum LedgerError {
         /// The run's own error, prefixed with `, `, or empty.
         reason: String,
     },
+    /// The measured device is not the package's GPU, and `--allow-device-mismatch` was not given.
+    #[error("{} was measured on {measured}, not on the {expected} of package {package}; record the run measured on the rented GPU, or add --allow-device-mismatch to record it anyway (the row then says so, and so does `cost`)", path.display())]
+    DeviceMismatch {
+        /// The measurement file.
+        path: PathBuf,
+        /// What it was measured on, in words.
+        measured: String,
+        /// The package's GPU model.
+        expected: String,
+        /// The package.
+        package: String,
+    },
     /// The same measurement file (same SHA-256) is already in the grid.
     #[error("this measurement (SHA-256 {sha256}) is already recorded in {}, line {line} (run {run_id}); each run is recorded once", path.display())]
     AlreadyRecorded {
@@ -110,10 +122,27 @@ pub enum LedgerError {
         /// The existing row's line.
         line: u64,
     },
+    /// The new row contradicts rows already in the grid (a rental's package, a corpus's
+    /// protocol).
+    #[error("{}: {message}", path.display())]
+    Conflict {
+        /// The grid.
+        path: PathBuf,
+        /// What contradicts what, with the line.
+        message: String,
+    },
     /// Counts that cannot be.
     #[error("{0}")]
     Counts(String),
-    /// A `GPU:DAYS:LOTS` that is not one.
+    /// A rental name that is not one.
+    #[error("--rental {value:?} is not a rental name: {expected}")]
+    Rental {
+        /// What was given.
+        value: String,
+        /// What is accepted.
+        expected: String,
+    },
+    /// A `GPU:DAYS:LOTS` that is not one, or that the catalogue does not sell.
     #[error("package {value:?} is not valid: {reason}")]
     BadPackage {
         /// What was given.
@@ -122,7 +151,7 @@ pub enum LedgerError {
         reason: String,
     },
     /// The grid's first line is not the expected header.
-    #[error("{} does not start with the results grid header; expected exactly:\n{expected}\nfound:\n{found}", path.display())]
+    #[error("{} is not a results grid of this version: its first line must be exactly the header\n{expected}\nbut it is\n{found}\n{hint}", path.display())]
     Header {
         /// The grid.
         path: PathBuf,
@@ -130,6 +159,8 @@ pub enum LedgerError {
         expected: String,
         /// The first line found.
         found: String,
+        /// What to do about it.
+        hint: String,
     },
     /// A row of the grid that does not fit its header.
     #[error("{}, line {line}: {reason}", path.display())]
@@ -141,16 +172,41 @@ pub enum LedgerError {
         /// What is wrong.
         reason: String,
     },
-    /// Notes that would break the one-line-per-run grid.
-    #[error("--notes must be one line of text (no line breaks or control characters)")]
-    Notes,
+    /// Notes that would break the one-line-per-run grid, or too long.
+    #[error(
+        "--notes must be one line of text of at most {max} characters (no line breaks or control characters)"
+    )]
+    Notes {
+        /// The longest notes accepted, in characters.
+        max: usize,
+    },
+    /// A rental that cannot be priced with the catalogue given.
+    #[error("{}, line {line}: {message}; price the grid with the catalogue its runs were recorded against (--catalogue FILE)", path.display())]
+    Unpriced {
+        /// The grid.
+        path: PathBuf,
+        /// The rental's first line.
+        line: u64,
+        /// Which rental, with which catalogue, and why.
+        message: String,
+    },
 }
 
 impl LedgerError {
-    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> LedgerError + '_ {
-        move |source| LedgerError::Io {
-            path: path.to_path_buf(),
-            source,
+    /// True when the user fixes it by changing the command line (exit 2); false for a data file
+    /// or a runtime failure (exit 1).
+    pub fn is_usage(&self) -> bool {
+        match self {
+            LedgerError::Output(e) => e.is_usage(),
+            LedgerError::Input(e) => e.is_not_found(),
+            LedgerError::ProtocolExists(_)
+            | LedgerError::Counts(_)
+            | LedgerError::BadPackage { .. }
+            | LedgerError::Rental { .. }
+            | LedgerError::Notes { .. }
+            | LedgerError::DeviceMismatch { .. }
+            | LedgerError::Conflict { .. } => true,
+            _ => false,
         }
     }
 }

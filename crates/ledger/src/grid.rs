@@ -1,38 +1,63 @@
 //! The raw results grid (`data/resultats-bruts.csv`): one row per real run, never edited by the
-//! tool, only appended to.
+//! tool, only added to.
 //!
-//! Appends are safe with any number of concurrent writers: the file is opened in append mode and
-//! locked exclusively (`File::lock`, an OS advisory lock every `iteragpu` honours); under the lock
-//! the whole grid is read and checked (header, every row, the measurement not yet recorded), then
-//! the new row goes out in one `write_all` and is synced before the lock is released.
+//! **All or nothing.** A row is added by rewriting the whole grid to a temporary file in the same
+//! folder, flushing it, and renaming it over the grid ([`lab::files::replace`]): a reader, a
+//! kill or a full disk at any moment leaves the old grid or the new one, never half a row.
+//!
+//! **One writer at a time.** Writers take an exclusive OS lock (`File::lock`, advisory, honoured
+//! by every `iteragpu`) on the grid file. Because the rename puts a new file in the grid's place,
+//! a writer that waited for the lock checks, once it holds it, that the file it locked is still
+//! the one at the path, and starts again if not. Under the lock the whole grid is read and
+//! checked (header, every row, the measurement not recorded yet, the rental's package, the
+//! corpus's protocol), then replaced.
+//!
+//! **Readers trust nothing.** [`parse`] checks the exact header, every field of every row, the
+//! rows against each other, and that the file ends with a line end: a torn row (a grid cut by an
+//! earlier version, or by hand) or a foreign line is reported by its line number, never counted.
 
-use std::io::{Read, Write};
+use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::str::FromStr;
 
+use lab::files::{self, OutputError, Written};
 use serde::Serialize;
 
 use crate::error::LedgerError;
+use crate::hash::is_sha256;
+use crate::protocol::{Aggregation, is_identifier, parse_rate};
 
 /// The grid's columns, in order; the first line of the file must be exactly these.
-pub const HEADER: [&str; 16] = [
+pub const HEADER: [&str; 19] = [
     "run_id",
     "date_utc",
     "protocol_sha256",
     "corpus_id",
+    "rental",
     "gpu",
     "days",
     "lots",
     "device_model",
     "device_uuid",
     "driver_version",
+    "device_mismatch",
     "measurement_sha256",
     "units_submitted",
     "units_accepted",
     "acceptance_threshold",
     "threshold_met",
+    "aggregation",
     "notes",
 ];
+
+/// The header of grids written before rentals, device checks and aggregation rules existed.
+const EARLIER_HEADER: &str = "run_id,date_utc,protocol_sha256,corpus_id,gpu,days,lots,device_model,device_uuid,driver_version,measurement_sha256,units_submitted,units_accepted,acceptance_threshold,threshold_met,notes";
+
+/// The largest grid read: about 150,000 rows.
+pub const GRID_LIMIT: u64 = 64 << 20;
+
+/// The longest `--notes`, in characters.
+pub const NOTES_MAX: usize = 1000;
 
 /// Package durations the catalogue sells, in days.
 pub const DAYS: [u32; 3] = [3, 7, 30];
@@ -63,6 +88,7 @@ impl Package {
         };
         let gpu = gpu.trim().to_ascii_lowercase();
         if gpu.is_empty()
+            || !gpu.as_bytes()[0].is_ascii_alphanumeric()
             || !gpu
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
@@ -119,15 +145,20 @@ pub struct Row {
     pub protocol_sha256: String,
     /// The protocol's corpus.
     pub corpus_id: String,
-    /// The package.
+    /// The rental the run was made on, named by the user: one rented package.
+    pub rental: String,
+    /// The rental's package.
     #[serde(flatten)]
     pub package: Package,
-    /// GPU name, or the CPU model for the CPU reference device.
+    /// GPU name, or the CPU model for the CPU reference device (as a spreadsheet-safe cell).
     pub device_model: String,
     /// GPU UUID, or `cpu-reference`.
     pub device_uuid: String,
     /// Driver version (`none` for the CPU reference device).
     pub driver_version: String,
+    /// True when the measured device is not the package's GPU and the run was recorded anyway
+    /// (`--allow-device-mismatch`).
+    pub device_mismatch: bool,
     /// SHA-256 of the measurement file's bytes.
     pub measurement_sha256: String,
     /// Units submitted to the judge.
@@ -138,29 +169,60 @@ pub struct Row {
     pub acceptance_threshold: String,
     /// `accepted / submitted >= threshold`, exactly.
     pub threshold_met: bool,
-    /// Free text, one line.
+    /// The protocol's rule for repeated runs of a corpus on one rental.
+    pub aggregation: Aggregation,
+    /// Free text, one line (as a spreadsheet-safe cell).
     pub notes: String,
+}
+
+/// `accepted / submitted >= rate`, exactly (no division, no rounding).
+pub fn threshold_met(accepted: u64, submitted: u64, rate: rust_decimal::Decimal) -> bool {
+    use rust_decimal::Decimal;
+    submitted > 0 && Decimal::from(accepted) >= rate * Decimal::from(submitted)
+}
+
+/// Checks a text cell: a value a spreadsheet shows as text and a terminal prints as it is.
+fn text_cell(column: &str, value: &str, may_be_empty: bool) -> Result<(), String> {
+    if value.is_empty() && !may_be_empty {
+        return Err(format!("{column} is empty"));
+    }
+    if value.chars().any(lab::text::is_unsafe_char) {
+        return Err(format!(
+            "{column} {:?} holds a control character",
+            lab::text::printable(value)
+        ));
+    }
+    if lab::text::starts_like_formula(value) {
+        return Err(format!(
+            "{column} {value:?} starts like a spreadsheet formula (this tool writes such a cell \
+             with a leading ')"
+        ));
+    }
+    Ok(())
 }
 
 impl Row {
     /// The row's fields in [`HEADER`] order.
-    pub fn fields(&self) -> [String; 16] {
+    pub fn fields(&self) -> [String; 19] {
         [
             self.run_id.clone(),
             self.date_utc.clone(),
             self.protocol_sha256.clone(),
             self.corpus_id.clone(),
+            self.rental.clone(),
             self.package.gpu.clone(),
             self.package.days.to_string(),
             self.package.lots.to_string(),
             self.device_model.clone(),
             self.device_uuid.clone(),
             self.driver_version.clone(),
+            self.device_mismatch.to_string(),
             self.measurement_sha256.clone(),
             self.units_submitted.to_string(),
             self.units_accepted.to_string(),
             self.acceptance_threshold.clone(),
             self.threshold_met.to_string(),
+            self.aggregation.name().to_string(),
             self.notes.clone(),
         ]
     }
@@ -175,6 +237,78 @@ impl Row {
         out.into_inner().unwrap_or_default()
     }
 
+    /// Checks every field's form, as a reader does (see [`parse`]).
+    pub fn check(&self) -> Result<(), String> {
+        if !is_sha256(&self.measurement_sha256) {
+            return Err(format!(
+                "measurement_sha256 {:?} is not a SHA-256 (64 lower-case hex digits)",
+                self.measurement_sha256
+            ));
+        }
+        if self.run_id != self.measurement_sha256[..12] {
+            return Err(format!(
+                "run_id {:?} is not the first 12 digits of measurement_sha256",
+                self.run_id
+            ));
+        }
+        if !is_sha256(&self.protocol_sha256) {
+            return Err(format!(
+                "protocol_sha256 {:?} is not a SHA-256",
+                self.protocol_sha256
+            ));
+        }
+        if self.date_utc.len() != 20
+            || !self.date_utc.ends_with('Z')
+            || crate::time::parse_utc(&self.date_utc).is_none()
+        {
+            return Err(format!(
+                "date_utc {:?} is not a UTC time written YYYY-MM-DDTHH:MM:SSZ",
+                self.date_utc
+            ));
+        }
+        for (column, value) in [("corpus_id", &self.corpus_id), ("rental", &self.rental)] {
+            if !is_identifier(value) {
+                return Err(format!(
+                    "{column} {value:?} is not an identifier (letters, digits, . _ - :)"
+                ));
+            }
+        }
+        text_cell("device_model", &self.device_model, false)?;
+        text_cell("device_uuid", &self.device_uuid, false)?;
+        text_cell("driver_version", &self.driver_version, false)?;
+        text_cell("notes", &self.notes, true)?;
+        if self.notes.chars().count() > NOTES_MAX + 1 {
+            return Err(format!("notes are longer than {NOTES_MAX} characters"));
+        }
+        if self.units_submitted == 0 {
+            return Err("units_submitted is 0; a run is judged on 1 unit or more".into());
+        }
+        if self.units_accepted > self.units_submitted {
+            return Err(format!(
+                "units_accepted {} exceeds units_submitted {}",
+                self.units_accepted, self.units_submitted
+            ));
+        }
+        let rate = parse_rate(&self.acceptance_threshold).map_err(|e| e.to_string())?;
+        if rate.to_string() != self.acceptance_threshold {
+            return Err(format!(
+                "acceptance_threshold {:?} is not written as this tool writes it ({rate})",
+                self.acceptance_threshold
+            ));
+        }
+        if threshold_met(self.units_accepted, self.units_submitted, rate) != self.threshold_met {
+            return Err(format!(
+                "threshold_met is {} but {} of {} against {} says {}",
+                self.threshold_met,
+                self.units_accepted,
+                self.units_submitted,
+                self.acceptance_threshold,
+                !self.threshold_met
+            ));
+        }
+        Ok(())
+    }
+
     /// Reads a row back, checking every field's form.
     fn from_record(record: &csv::StringRecord) -> Result<Row, String> {
         if record.len() != HEADER.len() {
@@ -186,44 +320,49 @@ impl Row {
         }
         let f = |i: usize| record.get(i).unwrap_or("").to_string();
         let count = |i: usize| {
-            f(i).parse::<u64>()
-                .map_err(|_| format!("{} {:?} is not a whole number", HEADER[i], f(i)))
+            let text = f(i);
+            text.bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| text.parse::<u64>().ok())
+                .flatten()
+                .ok_or_else(|| format!("{} {text:?} is not a whole number", HEADER[i]))
         };
-        let package = Package::new(&f(4), &f(5), &f(6)).map_err(|e| e.to_string())?;
-        let threshold_met = match f(14).as_str() {
-            "true" => true,
-            "false" => false,
-            other => return Err(format!("threshold_met {other:?} is not true or false")),
+        let flag = |i: usize| match f(i).as_str() {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            other => Err(format!("{} {other:?} is not true or false", HEADER[i])),
         };
+        let package = Package::new(&f(5), &f(6), &f(7)).map_err(|e| e.to_string())?;
+        if package.to_string() != format!("{}:{}:{}", f(5), f(6), f(7)) {
+            return Err(format!(
+                "the package {}:{}:{} is not written as this tool writes it ({package})",
+                f(5),
+                f(6),
+                f(7)
+            ));
+        }
+        let aggregation = Aggregation::parse(&f(17))
+            .ok_or_else(|| format!("aggregation {:?} is not best, last or mean", f(17)))?;
         let row = Row {
             run_id: f(0),
             date_utc: f(1),
             protocol_sha256: f(2),
             corpus_id: f(3),
+            rental: f(4),
             package,
-            device_model: f(7),
-            device_uuid: f(8),
-            driver_version: f(9),
-            measurement_sha256: f(10),
-            units_submitted: count(11)?,
-            units_accepted: count(12)?,
-            acceptance_threshold: f(13),
-            threshold_met,
-            notes: f(15),
+            device_model: f(8),
+            device_uuid: f(9),
+            driver_version: f(10),
+            device_mismatch: flag(11)?,
+            measurement_sha256: f(12),
+            units_submitted: count(13)?,
+            units_accepted: count(14)?,
+            acceptance_threshold: f(15),
+            threshold_met: flag(16)?,
+            aggregation,
+            notes: f(18),
         };
-        if row.units_accepted > row.units_submitted {
-            return Err(format!(
-                "units_accepted {} exceeds units_submitted {}",
-                row.units_accepted, row.units_submitted
-            ));
-        }
-        let is_sha = |s: &str| s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit());
-        if !is_sha(&row.measurement_sha256) {
-            return Err(format!(
-                "measurement_sha256 {:?} is not a SHA-256",
-                row.measurement_sha256
-            ));
-        }
+        row.check()?;
         Ok(row)
     }
 }
@@ -237,104 +376,329 @@ pub struct LineRow {
     pub row: Row,
 }
 
-/// Parses a whole grid: the exact header, then rows that fit it.
-pub fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<LineRow>, LedgerError> {
-    let expected = header_line();
+/// What one row may contradict in the rows before it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Conflict {
+    /// The same measurement is already a row.
+    Duplicate {
+        /// That row's line.
+        line: u64,
+        /// Its run id.
+        run_id: String,
+    },
+    /// The rental was recorded with another package: one rental is one package.
+    RentalPackage {
+        /// The rental.
+        rental: String,
+        /// Its package so far.
+        package: String,
+        /// Where.
+        line: u64,
+    },
+    /// The corpus was judged under another protocol in this grid.
+    CorpusProtocol {
+        /// The corpus.
+        corpus: String,
+        /// The other protocol.
+        protocol: String,
+        /// Where.
+        line: u64,
+    },
+    /// The same protocol with another threshold or rule: a hand-edited row.
+    ProtocolRules {
+        /// Where the protocol first appears.
+        line: u64,
+    },
+}
+
+impl std::fmt::Display for Conflict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Conflict::Duplicate { line, run_id } => write!(
+                f,
+                "the same measurement is already the row at line {line} (run {run_id}); each run \
+                 is recorded once"
+            ),
+            Conflict::RentalPackage {
+                rental,
+                package,
+                line,
+            } => write!(
+                f,
+                "rental {rental} is package {package} (line {line}); one rental is one package: \
+                 name a second rental differently"
+            ),
+            Conflict::CorpusProtocol {
+                corpus,
+                protocol,
+                line,
+            } => write!(
+                f,
+                "corpus {corpus} is judged by protocol {} in this grid (line {line}); a corpus \
+                 is judged by one protocol per grid: start a new grid, or give the new protocol \
+                 a new corpus_id",
+                &protocol[..12]
+            ),
+            Conflict::ProtocolRules { line } => write!(
+                f,
+                "the same protocol has another acceptance_threshold or aggregation at line \
+                 {line}; the row was not written by this tool"
+            ),
+        }
+    }
+}
+
+/// What the rows so far say, to check the next one against.
+#[derive(Debug, Default)]
+pub struct Index {
+    measurements: std::collections::HashMap<String, (u64, String)>,
+    rentals: std::collections::HashMap<String, (u64, Package)>,
+    corpora: std::collections::HashMap<String, (u64, String)>,
+    protocols: std::collections::HashMap<String, (u64, String, Aggregation)>,
+}
+
+impl Index {
+    /// Checks `row` against the rows admitted so far.
+    pub fn conflict(&self, row: &Row) -> Option<Conflict> {
+        if let Some((line, run_id)) = self.measurements.get(&row.measurement_sha256) {
+            return Some(Conflict::Duplicate {
+                line: *line,
+                run_id: run_id.clone(),
+            });
+        }
+        if let Some((line, package)) = self.rentals.get(&row.rental)
+            && *package != row.package
+        {
+            return Some(Conflict::RentalPackage {
+                rental: row.rental.clone(),
+                package: package.to_string(),
+                line: *line,
+            });
+        }
+        if let Some((line, protocol)) = self.corpora.get(&row.corpus_id)
+            && *protocol != row.protocol_sha256
+        {
+            return Some(Conflict::CorpusProtocol {
+                corpus: row.corpus_id.clone(),
+                protocol: protocol.clone(),
+                line: *line,
+            });
+        }
+        if let Some((line, threshold, aggregation)) = self.protocols.get(&row.protocol_sha256)
+            && (*threshold != row.acceptance_threshold || *aggregation != row.aggregation)
+        {
+            return Some(Conflict::ProtocolRules { line: *line });
+        }
+        None
+    }
+
+    /// Adds `row` (at `line`) to what later rows are checked against.
+    pub fn admit(&mut self, row: &Row, line: u64) {
+        self.measurements
+            .insert(row.measurement_sha256.clone(), (line, row.run_id.clone()));
+        self.rentals
+            .entry(row.rental.clone())
+            .or_insert_with(|| (line, row.package.clone()));
+        self.corpora
+            .entry(row.corpus_id.clone())
+            .or_insert_with(|| (line, row.protocol_sha256.clone()));
+        self.protocols
+            .entry(row.protocol_sha256.clone())
+            .or_insert_with(|| (line, row.acceptance_threshold.clone(), row.aggregation));
+    }
+}
+
+/// A whole grid read back and checked.
+#[derive(Debug, Default)]
+pub struct Grid {
+    /// The rows in file order.
+    pub rows: Vec<LineRow>,
+    /// What they say together, to check a new row against.
+    pub index: Index,
+    /// Lines in the file.
+    pub lines: u64,
+}
+
+fn header_error(path: &Path, first: &[u8]) -> LedgerError {
+    let found = String::from_utf8_lossy(first).into_owned();
+    let hint = if found == EARLIER_HEADER {
+        "It was written by an earlier iteragpu, before rentals, device checks and aggregation \
+         rules (16 columns): record new runs in a new grid (a file that does not exist yet is \
+         created with the header)."
+    } else {
+        "It is not a grid this tool writes: give the path of a results grid, or of a file that \
+         does not exist yet (it is created with the header)."
+    };
+    LedgerError::Header {
+        path: path.to_path_buf(),
+        expected: header_line(),
+        found,
+        hint: hint.to_string(),
+    }
+}
+
+/// Parses a whole grid: the exact header, then rows that fit it and each other, and a line end
+/// after the last one. An empty file is an empty grid.
+pub fn parse(path: &Path, bytes: &[u8]) -> Result<Grid, LedgerError> {
+    if bytes.is_empty() {
+        return Ok(Grid::default());
+    }
+    let bad = |line: u64, reason: String| LedgerError::BadRow {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
     let first = bytes.split(|b| *b == b'\n').next().unwrap_or_default();
     let first = first.strip_suffix(b"\r").unwrap_or(first);
-    if first != expected.as_bytes() {
-        return Err(LedgerError::Header {
-            path: path.to_path_buf(),
-            expected,
-            found: String::from_utf8_lossy(first).into_owned(),
-        });
+    if first != header_line().as_bytes() {
+        return Err(header_error(path, first));
+    }
+    let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+    if !bytes.ends_with(b"\n") {
+        return Err(bad(
+            lines + 1,
+            "the last line has no line end: it is half a row (a write that was cut off) or \
+             text added by hand; nothing in this grid is counted until that line is completed or \
+             removed"
+                .into(),
+        ));
     }
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
         .flexible(true)
         .from_reader(bytes);
-    let mut rows = Vec::new();
+    let mut grid = Grid {
+        lines,
+        ..Grid::default()
+    };
     for record in reader.records() {
-        let record = record.map_err(|e| LedgerError::BadRow {
-            path: path.to_path_buf(),
-            line: e.position().map_or(0, |p| p.line()),
-            reason: e.to_string(),
+        let record = record.map_err(|e| {
+            bad(
+                e.position().map_or(0, |p| p.line()),
+                format!("not a CSV row ({e})"),
+            )
         })?;
         let line = record.position().map_or(0, |p| p.line());
-        let row = Row::from_record(&record).map_err(|reason| LedgerError::BadRow {
-            path: path.to_path_buf(),
-            line,
-            reason,
-        })?;
-        rows.push(LineRow { line, row });
+        let row = Row::from_record(&record).map_err(|reason| bad(line, reason))?;
+        if let Some(conflict) = grid.index.conflict(&row) {
+            return Err(bad(line, conflict.to_string()));
+        }
+        grid.index.admit(&row, line);
+        grid.rows.push(LineRow { line, row });
     }
-    Ok(rows)
+    Ok(grid)
 }
 
-/// Reads a grid file.
-pub fn read(path: &Path) -> Result<Vec<LineRow>, LedgerError> {
-    let bytes = std::fs::read(path).map_err(LedgerError::io(path))?;
+/// Reads a grid file (within [`GRID_LIMIT`]).
+pub fn read(path: &Path) -> Result<Grid, LedgerError> {
+    let bytes = files::read_bounded(path, GRID_LIMIT, "a results grid")?;
     parse(path, &bytes)
 }
 
 /// Where an appended row landed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Appended {
     /// 1-based line of the new row.
     pub line: u64,
     /// True when the grid did not exist (or was empty) and the header was written first.
     pub created: bool,
+    /// What the write may still say (a folder that could not be flushed).
+    pub written: Written,
 }
 
-/// Appends `row` to the grid at `path` under an exclusive lock, after checking the grid and that
-/// the measurement is not in it yet. A missing or empty file gets the header first.
-pub fn append(path: &Path, row: &Row) -> Result<Appended, LedgerError> {
-    let io = LedgerError::io(path);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .open(path)
-        .map_err(LedgerError::io(path))?;
-    file.lock().map_err(LedgerError::io(path))?;
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)
-        .map_err(LedgerError::io(path))?;
+/// True when the open `file` is still the file at `path` (not replaced since it was opened).
+fn still_at(file: &File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), path.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, path);
+        true
+    }
+}
 
-    let mut out = Vec::new();
-    let created = bytes.is_empty();
-    let line = if created {
-        out.extend_from_slice(header_line().as_bytes());
-        out.push(b'\n');
-        2
-    } else {
-        let rows = parse(path, &bytes)?;
-        if let Some(existing) = rows
-            .iter()
-            .find(|r| r.row.measurement_sha256 == row.measurement_sha256)
-        {
-            return Err(LedgerError::AlreadyRecorded {
-                path: path.to_path_buf(),
-                sha256: row.measurement_sha256.clone(),
-                run_id: existing.row.run_id.clone(),
-                line: existing.line,
-            });
+/// Adds `row` to the grid at `path` under an exclusive lock, after checking the whole grid and
+/// the row against it; `conflict` turns a contradiction into the caller's error. A missing or
+/// empty file gets the header first. See the module docs for why this never tears a row.
+pub fn append(
+    path: &Path,
+    row: &Row,
+    conflict: impl Fn(Conflict) -> LedgerError,
+) -> Result<Appended, LedgerError> {
+    row.check().map_err(|reason| LedgerError::BadRow {
+        path: path.to_path_buf(),
+        line: 0,
+        reason: format!("the new row is not valid: {reason}"),
+    })?;
+    loop {
+        let file = match OpenOptions::new().read(true).open(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let mut bytes = header_line().into_bytes();
+                bytes.push(b'\n');
+                bytes.extend(row.to_line());
+                match files::write_new(path, &bytes) {
+                    Ok(written) => {
+                        return Ok(Appended {
+                            line: 2,
+                            created: true,
+                            written,
+                        });
+                    }
+                    // Another writer created it meanwhile: add to theirs.
+                    Err(OutputError::Exists(_)) => continue,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            Err(e) => {
+                return Err(LedgerError::Input(lab::files::InputError::Io {
+                    path: path.to_path_buf(),
+                    reason: lab::files::os_message(&e),
+                    kind: e.kind(),
+                }));
+            }
+        };
+        file.lock().map_err(|e| OutputError::Io {
+            path: path.to_path_buf(),
+            reason: lab::files::os_message(&e),
+        })?;
+        if !still_at(&file, path) {
+            // Replaced by the writer we waited for: lock the new grid instead.
+            continue;
         }
-        if !bytes.ends_with(b"\n") {
-            out.push(b'\n');
+        let reader = file.try_clone().map_err(|e| OutputError::Io {
+            path: path.to_path_buf(),
+            reason: lab::files::os_message(&e),
+        })?;
+        let bytes = files::read_bounded_from(reader, path, GRID_LIMIT, "a results grid")?;
+        let grid = parse(path, &bytes)?;
+        if let Some(c) = grid.index.conflict(row) {
+            return Err(conflict(c));
         }
-        // Lines so far (a last line without its LF counts too), plus one.
-        let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64
-            + u64::from(!bytes.ends_with(b"\n"));
-        lines + 1
-    };
-    out.extend_from_slice(&row.to_line());
-    file.write_all(&out)
-        .and_then(|()| file.sync_data())
-        .map_err(io)?;
-    // Closing the file releases the lock too; unlocking explicitly says when.
-    let _ = file.unlock();
-    Ok(Appended { line, created })
+        let created = bytes.is_empty();
+        let mut out = if created {
+            let mut h = header_line().into_bytes();
+            h.push(b'\n');
+            h
+        } else {
+            bytes
+        };
+        out.extend(row.to_line());
+        let written = files::replace(path, &out)?;
+        // Closing the file releases the lock too; unlocking explicitly says when.
+        let _ = file.unlock();
+        return Ok(Appended {
+            line: if created { 2 } else { grid.lines + 1 },
+            created,
+            written,
+        });
+    }
 }
 
 #[cfg(test)]
@@ -348,17 +712,32 @@ mod tests {
             date_utc: "2026-09-24T08:15:00Z".into(),
             protocol_sha256: "ab".repeat(32),
             corpus_id: "tickets-v3".into(),
+            rental: "r1".into(),
             package: "b200:7:2".parse().unwrap(),
-            device_model: "Intel(R) Xeon(R), 2.2 GHz".into(),
-            device_uuid: "cpu-reference".into(),
-            driver_version: "none".into(),
+            device_model: "NVIDIA B200".into(),
+            device_uuid: "GPU-1234".into(),
+            driver_version: "570.86.15".into(),
+            device_mismatch: false,
             measurement_sha256: sha,
             units_submitted: 10,
             units_accepted: 9,
             acceptance_threshold: "0.9".into(),
             threshold_met: true,
+            aggregation: Aggregation::Best,
             notes: "quoted \"notes\", with a comma".into(),
         }
+    }
+
+    fn no_conflict(c: Conflict) -> LedgerError {
+        LedgerError::Counts(c.to_string())
+    }
+
+    fn grid_of(rows: &[Row]) -> Vec<u8> {
+        let mut grid = format!("{}\n", header_line()).into_bytes();
+        for r in rows {
+            grid.extend(r.to_line());
+        }
+        grid
     }
 
     #[test]
@@ -367,8 +746,13 @@ mod tests {
             env!("CARGO_MANIFEST_DIR"),
             "/../../data/resultats-bruts.csv"
         ));
-        assert_eq!(text.lines().next(), Some(header_line().as_str()));
-        assert!(parse(Path::new("data/resultats-bruts.csv"), text.as_bytes()).is_ok());
+        assert_eq!(text, format!("{}\n", header_line()));
+        assert!(
+            parse(Path::new("data/resultats-bruts.csv"), text.as_bytes())
+                .unwrap()
+                .rows
+                .is_empty()
+        );
     }
 
     #[test]
@@ -382,6 +766,7 @@ mod tests {
             ":7:1",
             "b200:7:x",
             "b 200:3:1",
+            "-b200:3:1",
         ] {
             assert!(bad.parse::<Package>().is_err(), "{bad}");
         }
@@ -392,42 +777,124 @@ mod tests {
     #[test]
     fn rows_round_trip_through_csv() {
         let r = row(1);
-        let mut grid = format!("{}\n", header_line()).into_bytes();
-        grid.extend(r.to_line());
-        let rows = parse(Path::new("g.csv"), &grid).unwrap();
-        assert_eq!(rows.len(), 1);
-        assert_eq!(rows[0].line, 2);
-        assert_eq!(rows[0].row, r);
+        let grid = parse(Path::new("g.csv"), &grid_of(std::slice::from_ref(&r))).unwrap();
+        assert_eq!(grid.rows.len(), 1);
+        assert_eq!(grid.rows[0].line, 2);
+        assert_eq!(grid.rows[0].row, r);
+    }
+
+    #[test]
+    fn an_earlier_header_and_a_foreign_one_are_refused_with_what_to_do() {
+        let err = parse(Path::new("g.csv"), format!("{EARLIER_HEADER}\n").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("is not a results grid of this version"),
+            "{err}"
+        );
+        assert!(err.contains("written by an earlier iteragpu"), "{err}");
+        let err = parse(Path::new("g.csv"), b"a,b\n1,2\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("It is not a grid this tool writes"), "{err}");
+    }
+
+    /// Every way a row can be cut or forged is reported by its line, never counted.
+    #[test]
+    fn torn_and_foreign_lines_are_reported_by_line_number() {
+        let good = grid_of(&[row(1), row(2)]);
+        let line3 = String::from_utf8(row(2).to_line()).unwrap();
+        // Every cut inside the last row.
+        for cut in 1..line3.len() {
+            let bytes = &good[..good.len() - line3.len() + cut];
+            let err = parse(Path::new("g.csv"), bytes).unwrap_err();
+            assert!(
+                matches!(err, LedgerError::BadRow { line: 3, .. }),
+                "cut at {cut}: {err}"
+            );
+        }
+        let text = String::from_utf8(good.clone()).unwrap();
+        let forged = [
+            text.replace(",9,0.9,true,", ",9,0.9,false,"),
+            text.replace(",9,0.9,true,", ",11,0.9,true,"),
+            text.replace(",best,", ",most,"),
+            text.replace("NVIDIA B200", "=HYPERLINK(\"x\")"),
+            text.replace("NVIDIA B200", "NVIDIA\u{1b}[2J"),
+            text.replace("2026-09-24T08:15:00Z", "yesterday"),
+            text.replace(",r1,", ",r 1,"),
+            text.replace(",0.9,", ",0.90,"),
+            format!("{text}not,a,row\n"),
+        ];
+        for (i, bad) in forged.iter().enumerate() {
+            let err = parse(Path::new("g.csv"), bad.as_bytes()).unwrap_err();
+            assert!(
+                matches!(err, LedgerError::BadRow { line: 2 | 4, .. }),
+                "forgery {i}: {err}"
+            );
+        }
+        assert_eq!(parse(Path::new("g.csv"), &good).unwrap().rows.len(), 2);
+    }
+
+    #[test]
+    fn rows_are_checked_against_each_other() {
+        let mut twice = row(2);
+        twice.measurement_sha256 = row(1).measurement_sha256;
+        twice.run_id = row(1).run_id;
+        let mut other_package = row(2);
+        other_package.package = "b200:7:1".parse().unwrap();
+        let mut other_protocol = row(2);
+        other_protocol.protocol_sha256 = "cd".repeat(32);
+        let mut other_rule = row(2);
+        other_rule.aggregation = Aggregation::Mean;
+        for (bad, words) in [
+            (twice, "already the row at line 2"),
+            (other_package, "rental r1 is package b200:7:2 (line 2)"),
+            (
+                other_protocol,
+                "corpus tickets-v3 is judged by protocol abababababab",
+            ),
+            (
+                other_rule,
+                "another acceptance_threshold or aggregation at line 2",
+            ),
+        ] {
+            let err = parse(Path::new("g.csv"), &grid_of(&[row(1), bad]))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("line 3:") && err.contains(words), "{err}");
+        }
     }
 
     #[test]
     fn append_creates_checks_and_refuses_duplicates() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("grid.csv");
-        assert_eq!(
-            append(&path, &row(1)).unwrap(),
-            Appended {
-                line: 2,
-                created: true
-            }
-        );
-        assert_eq!(append(&path, &row(2)).unwrap().line, 3);
-        let err = append(&path, &row(1)).unwrap_err();
+        let first = append(&path, &row(1), no_conflict).unwrap();
+        assert_eq!((first.line, first.created), (2, true));
+        assert_eq!(append(&path, &row(2), no_conflict).unwrap().line, 3);
+        let err = append(&path, &row(1), no_conflict).unwrap_err();
         assert!(
-            matches!(err, LedgerError::AlreadyRecorded { line: 2, .. }),
+            err.to_string().contains("already the row at line 2"),
             "{err}"
         );
-        assert_eq!(read(&path).unwrap().len(), 2);
+        assert_eq!(read(&path).unwrap().rows.len(), 2);
 
         std::fs::write(&path, "run_id,date\n").unwrap();
         assert!(matches!(
-            append(&path, &row(3)),
+            append(&path, &row(3), no_conflict),
             Err(LedgerError::Header { .. })
         ));
 
         std::fs::write(&path, format!("{}\na,b,c\n", header_line())).unwrap();
-        let err = append(&path, &row(3)).unwrap_err().to_string();
+        let err = append(&path, &row(3), no_conflict).unwrap_err().to_string();
         assert!(err.contains("line 2: 3 fields"), "{err}");
+
+        // An empty file is an empty grid.
+        std::fs::write(&path, "").unwrap();
+        let a = append(&path, &row(3), no_conflict).unwrap();
+        assert_eq!((a.line, a.created), (2, true));
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "a temporary file was left behind");
     }
 
     #[test]
@@ -439,15 +906,14 @@ mod tests {
                 let path = &path;
                 s.spawn(move || {
                     for i in 0..25u8 {
-                        append(path, &row(t * 25 + i)).unwrap();
+                        append(path, &row(t * 25 + i), no_conflict).unwrap();
                     }
                 });
             }
         });
-        let rows = read(&path).unwrap();
-        assert_eq!(rows.len(), 100);
-        let distinct: std::collections::BTreeSet<_> =
-            rows.iter().map(|r| &r.row.measurement_sha256).collect();
-        assert_eq!(distinct.len(), 100);
+        let grid = read(&path).unwrap();
+        assert_eq!(grid.rows.len(), 100);
+        let lines: Vec<u64> = grid.rows.iter().map(|r| r.line).collect();
+        assert_eq!(lines, (2..102).collect::<Vec<_>>());
     }
 }

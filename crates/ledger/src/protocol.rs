@@ -10,26 +10,34 @@
 //!
 //! # Lock
 //!
-//! `protocol lock FILE` checks that no field is empty and that the numbers and the date have their
-//! form, then writes `FILE.lock`, a JSON document holding the SHA-256 of the protocol's exact
-//! bytes (comments included) and the UTC time of the lock. The lock is created exclusively: a
-//! protocol is locked once. [`load_locked`] re-hashes the file and refuses it if a single byte
-//! changed.
+//! `protocol lock FILE` checks that no field is empty and that the numbers, the identifiers, the
+//! rule and the date have their form, then writes `FILE.lock`, a JSON document holding the
+//! SHA-256 of the protocol's exact bytes (comments included) and the UTC time of the lock. Both
+//! the protocol (`init`) and its lock are written whole or not at all (a temporary file, flushed,
+//! then linked into place), and never over an existing file: a protocol is locked once, and an
+//! interrupted lock leaves no lock rather than an empty one. [`load_locked`] re-hashes the file
+//! and refuses it if a single byte changed.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
+use lab::files::{self, OutputError};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::error::LedgerError;
+use crate::hash::sha256_hex;
 
 /// Schema identifier of lock files.
 pub const LOCK_SCHEMA: &str = "iteragpu.protocol-lock/1";
 
+/// The largest protocol file read (a filled-in one is a few KiB).
+pub const PROTOCOL_LIMIT: u64 = 1 << 20;
+/// The largest lock file read (a real one is about 300 bytes).
+pub const LOCK_LIMIT: u64 = 64 << 10;
+
 /// The fields, in file order, with the help line written above each one.
-pub const FIELDS: [(&str, &str); 9] = [
+pub const FIELDS: [(&str, &str); 10] = [
     (
         "useful_unit",
         "What one useful unit of work is, e.g. \"one support ticket classified into one of 12 queues\".",
@@ -40,11 +48,11 @@ pub const FIELDS: [(&str, &str); 9] = [
     ),
     (
         "minimum_acceptance_rate",
-        "Share of submitted units that must be accepted for the run to pass: a decimal in (0, 1], e.g. 0.95.",
+        "Share of submitted units that must be accepted for a run to count: a decimal in (0, 1], e.g. 0.95.",
     ),
     (
         "corpus_id",
-        "Identifier of the corpus the units come from (a name and version, or a file hash).",
+        "Identifier of the corpus the units come from: letters, digits and . _ - : (a name and version, or a file hash).",
     ),
     (
         "corpus_description",
@@ -63,10 +71,87 @@ pub const FIELDS: [(&str, &str); 9] = [
         "What makes two units distinct; repeats of the same unit or benchmark are not new units.",
     ),
     (
+        "aggregation",
+        "Which run counts when the corpus runs more than once on one rental (of the runs meeting minimum_acceptance_rate): best, last or mean (rounded down).",
+    ),
+    (
         "date",
         "The day this protocol was written, YYYY-MM-DD (UTC).",
     ),
 ];
+
+/// Which of a corpus's runs on one rental gives its accepted units: the protocol's
+/// `aggregation`. Only runs that met the protocol's threshold take part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Aggregation {
+    /// The run with the most accepted units.
+    Best,
+    /// The run recorded last (lowest in the grid).
+    Last,
+    /// The mean of the runs' accepted units, rounded down to a whole unit.
+    Mean,
+}
+
+impl Aggregation {
+    /// All rules, in the order the help names them.
+    pub const ALL: [Aggregation; 3] = [Aggregation::Best, Aggregation::Last, Aggregation::Mean];
+
+    /// The word in the protocol and the grid.
+    pub fn name(self) -> &'static str {
+        match self {
+            Aggregation::Best => "best",
+            Aggregation::Last => "last",
+            Aggregation::Mean => "mean",
+        }
+    }
+
+    /// Reads the word.
+    pub fn parse(text: &str) -> Option<Aggregation> {
+        Aggregation::ALL.into_iter().find(|a| a.name() == text)
+    }
+
+    /// The accepted units of `runs` (accepted counts in grid order) under this rule; `None`
+    /// without runs.
+    pub fn apply(self, runs: &[u64]) -> Option<u64> {
+        let last = *runs.last()?;
+        Some(match self {
+            Aggregation::Best => runs.iter().copied().max().unwrap_or(last),
+            Aggregation::Last => last,
+            Aggregation::Mean => {
+                let sum: u128 = runs.iter().map(|&r| u128::from(r)).sum();
+                // The mean of u64 values fits a u64.
+                u64::try_from(sum / runs.len() as u128).unwrap_or(u64::MAX)
+            }
+        })
+    }
+
+    /// How the rule reads in `cost`: "best of", "last of", "mean (rounded down) of".
+    pub fn of(self) -> &'static str {
+        match self {
+            Aggregation::Best => "best of",
+            Aggregation::Last => "last of",
+            Aggregation::Mean => "mean (rounded down) of",
+        }
+    }
+}
+
+impl std::fmt::Display for Aggregation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// True for an identifier the grid can hold as it is: 1 to 128 ASCII letters, digits and
+/// `. _ - :`, starting with a letter or digit (so it never starts like a spreadsheet formula).
+pub fn is_identifier(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && text.as_bytes()[0].is_ascii_alphanumeric()
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
+}
 
 /// A protocol as read from its file; values may still be empty (see [`Protocol::check`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -87,6 +172,8 @@ pub struct Protocol {
     pub judged_by: String,
     /// What makes units distinct.
     pub distinctness_rule: String,
+    /// Which runs of a corpus count (`best`, `last`, `mean`), as written.
+    pub aggregation: String,
     /// When the protocol was written.
     pub date: String,
 }
@@ -98,10 +185,12 @@ pub struct Checked {
     pub rate: Decimal,
     /// `corpus_size`, >= 1.
     pub corpus_size: u64,
+    /// `aggregation`.
+    pub aggregation: Aggregation,
 }
 
 impl Protocol {
-    fn fields_mut(&mut self) -> [(&'static str, &mut String); 9] {
+    fn fields_mut(&mut self) -> [(&'static str, &mut String); 10] {
         [
             ("useful_unit", &mut self.useful_unit),
             ("acceptance_criterion", &mut self.acceptance_criterion),
@@ -111,12 +200,13 @@ impl Protocol {
             ("corpus_size", &mut self.corpus_size),
             ("judged_by", &mut self.judged_by),
             ("distinctness_rule", &mut self.distinctness_rule),
+            ("aggregation", &mut self.aggregation),
             ("date", &mut self.date),
         ]
     }
 
     /// Field names and values, in file order.
-    pub fn fields(&self) -> [(&'static str, &str); 9] {
+    pub fn fields(&self) -> [(&'static str, &str); 10] {
         [
             ("useful_unit", &self.useful_unit),
             ("acceptance_criterion", &self.acceptance_criterion),
@@ -126,6 +216,7 @@ impl Protocol {
             ("corpus_size", &self.corpus_size),
             ("judged_by", &self.judged_by),
             ("distinctness_rule", &self.distinctness_rule),
+            ("aggregation", &self.aggregation),
             ("date", &self.date),
         ]
     }
@@ -146,9 +237,10 @@ impl Protocol {
             corpus_size: String::new(),
             judged_by: String::new(),
             distinctness_rule: String::new(),
+            aggregation: String::new(),
             date: String::new(),
         };
-        let mut seen = [false; 9];
+        let mut seen = [false; FIELDS.len()];
         for (n, line) in text.lines().enumerate() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
@@ -207,7 +299,33 @@ impl Protocol {
                 fields: empty,
             });
         }
+        if let Some((field, value)) = self
+            .fields()
+            .into_iter()
+            .find(|(_, v)| v.chars().any(lab::text::is_unsafe_char))
+        {
+            return Err(LedgerError::BadField {
+                field: field.into(),
+                value: value.to_string(),
+                expected: "text without control characters or bidirectional overrides".into(),
+            });
+        }
         let rate = parse_rate(&self.minimum_acceptance_rate)?;
+        if !is_identifier(&self.corpus_id) {
+            return Err(LedgerError::BadField {
+                field: "corpus_id".into(),
+                value: self.corpus_id.clone(),
+                expected: "an identifier of 1 to 128 letters, digits and . _ - :, starting with a \
+                           letter or digit, such as tickets-v3"
+                    .into(),
+            });
+        }
+        let aggregation =
+            Aggregation::parse(&self.aggregation).ok_or_else(|| LedgerError::BadField {
+                field: "aggregation".into(),
+                value: self.aggregation.clone(),
+                expected: "best, last or mean".into(),
+            })?;
         let corpus_size = self
             .corpus_size
             .parse::<u64>()
@@ -225,7 +343,11 @@ impl Protocol {
                 expected: "a calendar date written YYYY-MM-DD".into(),
             });
         }
-        Ok(Checked { rate, corpus_size })
+        Ok(Checked {
+            rate,
+            corpus_size,
+            aggregation,
+        })
     }
 }
 
@@ -264,21 +386,12 @@ pub fn template(today: &str) -> String {
     text.replace(" \n", "\n")
 }
 
-/// Writes a fresh protocol to fill in; never overwrites.
-pub fn init(path: &Path, now: SystemTime) -> Result<(), LedgerError> {
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                LedgerError::ProtocolExists(path.to_path_buf())
-            } else {
-                LedgerError::io(path)(e)
-            }
-        })?;
-    file.write_all(template(&crate::time::utc_date(now)).as_bytes())
-        .map_err(LedgerError::io(path))
+/// Writes a fresh protocol to fill in, whole or not at all; never overwrites.
+pub fn init(path: &Path, now: SystemTime) -> Result<lab::files::Written, LedgerError> {
+    files::write_new(path, template(&crate::time::utc_date(now)).as_bytes()).map_err(|e| match e {
+        OutputError::Exists(p) => LedgerError::ProtocolExists(p),
+        other => other.into(),
+    })
 }
 
 /// The lock file of a protocol: `FILE.lock` next to it.
@@ -303,9 +416,24 @@ pub struct Lock {
     pub tool_version: String,
 }
 
-/// Checks a filled-in protocol and locks it; refuses empty fields and a second lock.
-pub fn lock(path: &Path, now: SystemTime, tool_version: &str) -> Result<Lock, LedgerError> {
-    let bytes = std::fs::read(path).map_err(LedgerError::io(path))?;
+/// Reads a protocol file within [`PROTOCOL_LIMIT`].
+fn read_protocol(path: &Path) -> Result<Vec<u8>, LedgerError> {
+    Ok(files::read_bounded(
+        path,
+        PROTOCOL_LIMIT,
+        "a protocol file",
+    )?)
+}
+
+/// Checks a filled-in protocol and locks it; refuses empty fields and a second lock. The lock
+/// appears whole (flushed to disk first) or not at all, so a kill or a full disk at any moment
+/// leaves the protocol lockable.
+pub fn lock(
+    path: &Path,
+    now: SystemTime,
+    tool_version: &str,
+) -> Result<(Lock, lab::files::Written), LedgerError> {
+    let bytes = read_protocol(path)?;
     let text = std::str::from_utf8(&bytes).map_err(|_| LedgerError::ProtocolSyntax {
         path: path.to_path_buf(),
         line: 0,
@@ -313,7 +441,8 @@ pub fn lock(path: &Path, now: SystemTime, tool_version: &str) -> Result<Lock, Le
     })?;
     Protocol::parse(path, text)?.check(path)?;
     let lock_file = lock_path(path);
-    if let Ok(existing) = read_lock(&lock_file) {
+    if lock_file.symlink_metadata().is_ok() {
+        let existing = read_lock(&lock_file)?;
         return Err(LedgerError::AlreadyLocked {
             path: path.to_path_buf(),
             lock: lock_file,
@@ -324,9 +453,9 @@ pub fn lock(path: &Path, now: SystemTime, tool_version: &str) -> Result<Lock, Le
         schema: LOCK_SCHEMA.to_string(),
         protocol_file: path
             .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
+            .map(|n| lab::text::printable(&n.to_string_lossy()).into_owned())
             .unwrap_or_default(),
-        protocol_sha256: crate::record::sha256_hex(&bytes),
+        protocol_sha256: sha256_hex(&bytes),
         locked_utc: crate::time::utc_seconds(now),
         tool_version: tool_version.to_string(),
     };
@@ -335,38 +464,45 @@ pub fn lock(path: &Path, now: SystemTime, tool_version: &str) -> Result<Lock, Le
         reason: e.to_string(),
     })?;
     text.push('\n');
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&lock_file)
-        .map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                LedgerError::AlreadyLocked {
-                    path: path.to_path_buf(),
-                    lock: lock_file.clone(),
-                    locked_utc: "an unknown time (the lock file is unreadable)".into(),
-                }
-            } else {
-                LedgerError::io(&lock_file)(e)
-            }
-        })?;
-    file.write_all(text.as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(LedgerError::io(&lock_file))?;
-    Ok(lock)
+    let written = files::write_new(&lock_file, text.as_bytes()).map_err(|e| match e {
+        // Another `protocol lock` won the race.
+        OutputError::Exists(_) => LedgerError::AlreadyLocked {
+            path: path.to_path_buf(),
+            lock: lock_file.clone(),
+            locked_utc: read_lock(&lock_file)
+                .map(|l| l.locked_utc)
+                .unwrap_or_else(|_| "this very moment, by another process".into()),
+        },
+        other => other.into(),
+    })?;
+    Ok((lock, written))
 }
 
 fn read_lock(lock_file: &Path) -> Result<Lock, LedgerError> {
-    let bytes = std::fs::read(lock_file).map_err(LedgerError::io(lock_file))?;
-    let lock: Lock = serde_json::from_slice(&bytes).map_err(|e| LedgerError::LockInvalid {
+    let bytes = files::read_bounded(lock_file, LOCK_LIMIT, "a protocol lock")?;
+    let invalid = |reason: String| LedgerError::LockInvalid {
         path: lock_file.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+        reason,
+    };
+    if bytes.is_empty() {
+        return Err(invalid(
+            "it is empty (a lock interrupted by an earlier version of iteragpu); no lock was \
+             made: remove it and run `iteragpu protocol lock` again"
+                .into(),
+        ));
+    }
+    let lock: Lock = serde_json::from_slice(&bytes).map_err(|e| invalid(e.to_string()))?;
     if lock.schema != LOCK_SCHEMA {
-        return Err(LedgerError::LockInvalid {
-            path: lock_file.to_path_buf(),
-            reason: format!("schema {:?}, expected {LOCK_SCHEMA:?}", lock.schema),
-        });
+        return Err(invalid(format!(
+            "schema {:?}, expected {LOCK_SCHEMA:?}",
+            lock.schema
+        )));
+    }
+    if !crate::hash::is_sha256(&lock.protocol_sha256) {
+        return Err(invalid(format!(
+            "protocol_sha256 {:?} is not a SHA-256",
+            lock.protocol_sha256
+        )));
     }
     Ok(lock)
 }
@@ -384,16 +520,16 @@ pub struct LockedProtocol {
 
 /// Loads a protocol for recording: it must be locked and unchanged since.
 pub fn load_locked(path: &Path) -> Result<LockedProtocol, LedgerError> {
-    let bytes = std::fs::read(path).map_err(LedgerError::io(path))?;
+    let bytes = read_protocol(path)?;
     let lock_file = lock_path(path);
-    if !lock_file.exists() {
+    if lock_file.symlink_metadata().is_err() {
         return Err(LedgerError::NotLocked {
             path: path.to_path_buf(),
             lock: lock_file,
         });
     }
     let lock = read_lock(&lock_file)?;
-    let current = crate::record::sha256_hex(&bytes);
+    let current = sha256_hex(&bytes);
     if current != lock.protocol_sha256 {
         return Err(LedgerError::ProtocolChanged {
             path: path.to_path_buf(),
@@ -439,6 +575,7 @@ mod tests {
                 "distinctness_rule =\n",
                 "distinctness_rule = one ticket id\n",
             )
+            .replace("aggregation =\n", "aggregation = best\n")
     }
 
     #[test]
@@ -462,6 +599,55 @@ mod tests {
         let checked = protocol.check(p).unwrap();
         assert_eq!(checked.rate.to_string(), "0.9");
         assert_eq!(checked.corpus_size, 500);
+        assert_eq!(checked.aggregation, Aggregation::Best);
+    }
+
+    #[test]
+    fn the_rule_and_the_corpus_id_have_their_form() {
+        let p = Path::new("p.txt");
+        for (from, to, field) in [
+            ("aggregation = best", "aggregation = max", "aggregation"),
+            (
+                "corpus_id = tickets-v3",
+                "corpus_id = =HYPERLINK(1)",
+                "corpus_id",
+            ),
+            (
+                "corpus_id = tickets-v3",
+                "corpus_id = tickets v3",
+                "corpus_id",
+            ),
+            (
+                "corpus_description = 500 tickets",
+                "corpus_description = 500 \u{1b}[31mtickets",
+                "corpus_description",
+            ),
+        ] {
+            let err = Protocol::parse(p, &filled().replace(from, to))
+                .unwrap()
+                .check(p)
+                .unwrap_err();
+            assert!(
+                matches!(&err, LedgerError::BadField { field: f, .. } if f == field),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn rules_count_the_runs_that_met_the_threshold() {
+        let runs = [473, 480, 468];
+        assert_eq!(Aggregation::Best.apply(&runs), Some(480));
+        assert_eq!(Aggregation::Last.apply(&runs), Some(468));
+        assert_eq!(Aggregation::Mean.apply(&runs), Some(473)); // 1421 / 3 = 473.67
+        assert_eq!(
+            Aggregation::Mean.apply(&[u64::MAX, u64::MAX]),
+            Some(u64::MAX)
+        );
+        for rule in Aggregation::ALL {
+            assert_eq!(rule.apply(&[]), None);
+            assert_eq!(Aggregation::parse(rule.name()), Some(rule));
+        }
     }
 
     #[test]
@@ -501,7 +687,7 @@ mod tests {
     fn lock_once_and_detect_changes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("protocol.txt");
-        init(&path, SystemTime::now()).unwrap();
+        let _ = init(&path, SystemTime::now()).unwrap();
         assert!(matches!(
             init(&path, SystemTime::now()),
             Err(LedgerError::ProtocolExists(_))
@@ -515,7 +701,7 @@ mod tests {
             Err(LedgerError::NotLocked { .. })
         ));
         std::fs::write(&path, filled()).unwrap();
-        let l = lock(&path, SystemTime::now(), "0").unwrap();
+        let (l, _) = lock(&path, SystemTime::now(), "0").unwrap();
         assert_eq!(l.protocol_sha256.len(), 64);
         assert!(matches!(
             lock(&path, SystemTime::now(), "0"),
@@ -525,6 +711,42 @@ mod tests {
         std::fs::write(&path, filled().replace("0.90", "0.50")).unwrap();
         let err = load_locked(&path).unwrap_err();
         assert!(matches!(err, LedgerError::ProtocolChanged { .. }), "{err}");
+    }
+
+    #[test]
+    fn an_empty_lock_is_explained_and_nothing_half_written_is_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("protocol.txt");
+        std::fs::write(&path, filled()).unwrap();
+        // What an interrupted lock of an earlier version left.
+        std::fs::write(lock_path(&path), b"").unwrap();
+        let err = lock(&path, SystemTime::now(), "0").unwrap_err().to_string();
+        assert!(
+            err.contains("it is empty") && err.contains("remove it"),
+            "{err}"
+        );
+        std::fs::remove_file(lock_path(&path)).unwrap();
+        let _ = lock(&path, SystemTime::now(), "0").unwrap();
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["protocol.txt", "protocol.txt.lock"]);
+    }
+
+    #[test]
+    fn a_protocol_over_its_limit_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("protocol.txt");
+        let mut text = filled();
+        text.push_str(&"# padding\n".repeat((PROTOCOL_LIMIT / 10 + 1) as usize));
+        std::fs::write(&path, text).unwrap();
+        let err = lock(&path, SystemTime::now(), "0").unwrap_err().to_string();
+        assert!(
+            err.contains("larger than 1 MiB, the limit for a protocol file"),
+            "{err}"
+        );
     }
 
     proptest! {

@@ -1,25 +1,21 @@
-//! `record`: one run, checked against its locked protocol, appended to the grid.
+//! `record`: one run, checked against its locked protocol, its rental's package in the tariff
+//! catalogue and the device it was measured on, then added to the grid.
 
 use std::path::{Path, PathBuf};
 
-use lab::measure::document::{MEASUREMENT_SCHEMA, MeasurementDocument};
-use rust_decimal::Decimal;
-use sha2::{Digest, Sha256};
+use lab::catalogue::Catalogue;
+use lab::measure::document::{
+    MEASUREMENT_KIND, MEASUREMENT_LIMIT, MEASUREMENT_SCHEMA, MeasurementDocument,
+};
+use lab::text::{neutralise_cell, printable};
 
+use crate::device::{self, CPU_REFERENCE};
 use crate::error::LedgerError;
-use crate::grid::{self, Package, Row};
-use crate::protocol;
+use crate::grid::{self, Conflict, NOTES_MAX, Package, Row};
+use crate::protocol::{self, is_identifier};
 
-/// The SHA-256 of `bytes`, as 64 lower-case hex digits.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
+pub use crate::grid::threshold_met;
+pub use crate::hash::sha256_hex;
 
 /// Everything `record` is given.
 #[derive(Debug, Clone)]
@@ -30,7 +26,9 @@ pub struct RecordRequest {
     pub protocol: PathBuf,
     /// The measurement document.
     pub measurement: PathBuf,
-    /// The rented package.
+    /// The rental the run was made on, named by the user.
+    pub rental: String,
+    /// The rental's package.
     pub package: Package,
     /// Units submitted to the judge.
     pub submitted: u64,
@@ -38,9 +36,11 @@ pub struct RecordRequest {
     pub accepted: u64,
     /// Free text, one line.
     pub notes: Option<String>,
+    /// Record a measurement made on another device than the package's GPU (the row says so).
+    pub allow_device_mismatch: bool,
 }
 
-/// What `record` appended.
+/// What `record` added.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     /// The row.
@@ -49,16 +49,16 @@ pub struct Recorded {
     pub line: u64,
     /// True when the grid was created for it.
     pub created: bool,
+    /// The package's GPU model, from the catalogue.
+    pub model: String,
+    /// A sentence for stderr when the grid is written but its folder could not be flushed.
+    pub warning: Option<String>,
 }
 
-/// `accepted / submitted >= rate`, exactly (no division, no rounding).
-pub fn threshold_met(accepted: u64, submitted: u64, rate: Decimal) -> bool {
-    submitted > 0 && Decimal::from(accepted) >= rate * Decimal::from(submitted)
-}
-
-/// Reads a measurement file: its SHA-256 and its document, which must be complete.
+/// Reads a measurement file (within [`MEASUREMENT_LIMIT`]): its SHA-256 and its document, which
+/// must be complete.
 fn load_measurement(path: &Path) -> Result<(String, MeasurementDocument), LedgerError> {
-    let bytes = std::fs::read(path).map_err(LedgerError::io(path))?;
+    let bytes = lab::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
     let sha = sha256_hex(&bytes);
     let bad = |reason: String| LedgerError::Measurement {
         path: path.to_path_buf(),
@@ -69,14 +69,15 @@ fn load_measurement(path: &Path) -> Result<(String, MeasurementDocument), Ledger
     let schema = value.get("schema").and_then(|s| s.as_str()).unwrap_or("");
     if schema != MEASUREMENT_SCHEMA {
         return Err(bad(format!(
-            "schema {schema:?}, expected {MEASUREMENT_SCHEMA:?} (a file written by `iteragpu measure`)"
+            "schema {:?}, expected {MEASUREMENT_SCHEMA:?} (a file written by `iteragpu measure`)",
+            printable(schema)
         )));
     }
     if value.get("complete").and_then(|c| c.as_bool()) != Some(true) {
         let reason = value
             .pointer("/error/message")
             .and_then(|m| m.as_str())
-            .map(|m| format!(", {m}"))
+            .map(|m| format!(", {}", printable(m)))
             .unwrap_or_default();
         return Err(LedgerError::IncompleteMeasurement {
             path: path.to_path_buf(),
@@ -88,8 +89,38 @@ fn load_measurement(path: &Path) -> Result<(String, MeasurementDocument), Ledger
     Ok((sha, doc))
 }
 
-/// Checks the request, the protocol and the measurement, and appends the row.
-pub fn record(req: &RecordRequest) -> Result<Recorded, LedgerError> {
+/// A value from a document as a grid cell: escapes instead of control characters, and a
+/// leading `'` instead of a formula.
+fn cell(value: &str) -> String {
+    neutralise_cell(&printable(value)).into_owned()
+}
+
+/// The results path to write: a link to an existing grid is followed (the grid is rewritten
+/// where it is, the link stays); a link to nothing is refused, as every result writer does.
+fn resolve_results(path: &Path) -> Result<PathBuf, LedgerError> {
+    let mut current = path.to_path_buf();
+    for _ in 0..40 {
+        match current.symlink_metadata() {
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target =
+                    std::fs::read_link(&current).map_err(|e| lab::files::OutputError::Io {
+                        path: current.clone(),
+                        reason: lab::files::os_message(&e),
+                    })?;
+                if current.metadata().is_err() {
+                    return Err(lab::files::OutputError::DanglingLink(path.to_path_buf()).into());
+                }
+                current = lab::files::folder_of(&current).join(target);
+            }
+            _ => break,
+        }
+    }
+    lab::files::check_replace(&current)?;
+    Ok(current)
+}
+
+/// Checks the request, the protocol, the package and the measurement, and adds the row.
+pub fn record(req: &RecordRequest, catalogue: &Catalogue) -> Result<Recorded, LedgerError> {
     if req.submitted == 0 {
         return Err(LedgerError::Counts(
             "--submitted must be at least 1: a run judged on no units has no acceptance rate"
@@ -102,10 +133,33 @@ pub fn record(req: &RecordRequest) -> Result<Recorded, LedgerError> {
             req.accepted, req.submitted
         )));
     }
-    let notes = req.notes.clone().unwrap_or_default();
-    if notes.chars().any(char::is_control) {
-        return Err(LedgerError::Notes);
+    if !is_identifier(&req.rental) || req.rental.len() > 64 {
+        return Err(LedgerError::Rental {
+            value: printable(&req.rental).into_owned(),
+            expected: "1 to 64 letters, digits and . _ - :, starting with a letter or digit, \
+                       such as h200-2026-09-a"
+                .into(),
+        });
     }
+    let notes = req.notes.clone().unwrap_or_default();
+    if notes.chars().any(lab::text::is_unsafe_char) || notes.chars().count() > NOTES_MAX {
+        return Err(LedgerError::Notes { max: NOTES_MAX });
+    }
+    // The package must be one the catalogue sells, or `cost` could never price the row.
+    let quote = lab::price::quote(
+        catalogue,
+        &req.package.gpu,
+        req.package.days,
+        u64::from(req.package.lots),
+        None,
+    )
+    .map_err(|e| LedgerError::BadPackage {
+        value: req.package.to_string(),
+        reason: format!("{e} (catalogue {})", catalogue.name()),
+    })?;
+    // Before reading anything else: the grid can be written where it is.
+    let results = resolve_results(&req.results)?;
+
     let locked = protocol::load_locked(&req.protocol)?;
     if req.submitted > locked.checked.corpus_size {
         return Err(LedgerError::Counts(format!(
@@ -119,31 +173,66 @@ pub fn record(req: &RecordRequest) -> Result<Recorded, LedgerError> {
             path: req.measurement.clone(),
             reason: format!(
                 "started_utc {:?} is not an RFC 3339 UTC time",
-                doc.started_utc
+                printable(&doc.started_utc)
             ),
         })?;
-    let device = crate::device::identify(&doc.environment);
+    let identity = device::identify(&doc.environment);
+    let matches = device::is_package_gpu(&identity, &quote.gpu, &quote.model);
+    if !matches && !req.allow_device_mismatch {
+        let measured = if identity.uuid == CPU_REFERENCE {
+            format!("the CPU reference device ({})", printable(&identity.model))
+        } else {
+            format!(
+                "{} ({})",
+                printable(&identity.model),
+                printable(&identity.uuid)
+            )
+        };
+        return Err(LedgerError::DeviceMismatch {
+            path: req.measurement.clone(),
+            measured,
+            expected: quote.model.clone(),
+            package: req.package.to_string(),
+        });
+    }
+    let rate = locked.checked.rate;
     let row = Row {
         run_id: sha[..12].to_string(),
         date_utc: crate::time::utc_seconds(started),
         protocol_sha256: locked.lock.protocol_sha256.clone(),
         corpus_id: locked.protocol.corpus_id.clone(),
+        rental: req.rental.clone(),
         package: req.package.clone(),
-        device_model: device.model,
-        device_uuid: device.uuid,
-        driver_version: device.driver,
+        device_model: cell(&identity.model),
+        device_uuid: cell(&identity.uuid),
+        driver_version: cell(&identity.driver),
+        device_mismatch: !matches,
         measurement_sha256: sha,
         units_submitted: req.submitted,
         units_accepted: req.accepted,
-        acceptance_threshold: locked.checked.rate.to_string(),
-        threshold_met: threshold_met(req.accepted, req.submitted, locked.checked.rate),
-        notes,
+        acceptance_threshold: rate.to_string(),
+        threshold_met: threshold_met(req.accepted, req.submitted, rate),
+        aggregation: locked.checked.aggregation,
+        notes: neutralise_cell(&notes).into_owned(),
     };
-    let appended = grid::append(&req.results, &row)?;
+    let appended = grid::append(&results, &row, |conflict| match conflict {
+        Conflict::Duplicate { line, run_id } => LedgerError::AlreadyRecorded {
+            path: req.results.clone(),
+            sha256: row.measurement_sha256.clone(),
+            run_id,
+            line,
+        },
+        other => LedgerError::Conflict {
+            path: req.results.clone(),
+            message: other.to_string(),
+        },
+    })?;
     Ok(Recorded {
+        warning: appended.written.warning(&req.results),
         row,
         line: appended.line,
         created: appended.created,
+        model: quote.model,
     })
 }
 
@@ -151,6 +240,7 @@ pub fn record(req: &RecordRequest) -> Result<Recorded, LedgerError> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use rust_decimal::Decimal;
 
     #[test]
     fn threshold_is_exact() {
@@ -161,6 +251,14 @@ mod tests {
         assert!(threshold_met(1, 3, third));
         assert!(threshold_met(5, 5, Decimal::ONE));
         assert!(!threshold_met(0, 0, Decimal::ONE));
+    }
+
+    #[test]
+    fn cells_from_documents_are_safe() {
+        assert_eq!(cell("NVIDIA H200"), "NVIDIA H200");
+        assert_eq!(cell("=cmd|' /C calc'!A0"), "'=cmd|' /C calc'!A0");
+        assert_eq!(cell("\u{1b}[31mred"), "\\u{1b}[31mred");
+        assert_eq!(cell("\tx"), "\\u{9}x");
     }
 
     proptest! {

@@ -2,8 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
-use lab::measure::document::{MEASUREMENT_SCHEMA, MeasurementDocument};
+use lab::files::InputError;
+use lab::measure::document::{
+    MEASUREMENT_KIND, MEASUREMENT_LIMIT, MEASUREMENT_SCHEMA, MeasurementDocument,
+};
 use sweep::summary::{Row, SUMMARY_FILE, SummaryError, read_summary};
+
+/// The most a report reads in all (documents and summaries together): what one page can show
+/// and a browser can open.
+pub const TOTAL_LIMIT: u64 = 64 << 20;
 
 /// Why the report cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -11,13 +18,34 @@ pub enum ReportError {
     /// A path given does not exist.
     #[error("{} does not exist; give measurement documents (.json) or sweep folders", .0.display())]
     Missing(PathBuf),
-    /// A file could not be read.
-    #[error("could not read {}: {source}", .path.display())]
+    /// A folder could not be listed.
+    #[error("could not read {}: {reason}", .path.display())]
     Read {
-        /// The file or folder.
+        /// The folder.
         path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error, once.
+        reason: String,
+    },
+    /// A file could not be read, or is over its limit.
+    #[error(transparent)]
+    Input(#[from] InputError),
+    /// All inputs together are over [`TOTAL_LIMIT`].
+    #[error(
+        "the inputs add up to more than {}, the most one report reads; make several reports",
+        lab::files::human_bytes(TOTAL_LIMIT)
+    )]
+    TooMuch,
+    /// A summary row names a file that is not a plain name inside the sweep folder.
+    #[error("{}: the row for {dimension} {value} names the file {file:?}, which is not a file name inside the sweep folder; a sweep's summary only names its own point documents", .summary.display())]
+    OutsideFile {
+        /// The summary.
+        summary: PathBuf,
+        /// The row's dimension.
+        dimension: String,
+        /// The row's value.
+        value: usize,
+        /// The file it names.
+        file: String,
     },
     /// A file is not a measurement document.
     #[error("{} is not a measurement document ({why}); give files written by `iteragpu measure`", .path.display())]
@@ -79,22 +107,70 @@ pub struct Inputs {
     pub sweeps: Vec<Sweep>,
 }
 
-/// Reads documents and folders: a folder with a `summary.csv` is a sweep; any other folder
-/// contributes each `.json` document in it (sorted by name).
+/// A summary's `file` cell as a path inside `folder`: a plain file name (no folder part, no
+/// `..`, not absolute) of a regular file there (not a link, which could point anywhere).
+fn inside(folder: &Path, summary: &Path, row: &Row) -> Result<Option<PathBuf>, ReportError> {
+    if row.file.is_empty() {
+        return Ok(None);
+    }
+    let outside = || ReportError::OutsideFile {
+        summary: summary.to_path_buf(),
+        dimension: row.dimension.clone(),
+        value: row.value,
+        file: row.file.clone(),
+    };
+    let name = Path::new(&row.file);
+    let plain = matches!(
+        name.components().collect::<Vec<_>>().as_slice(),
+        [std::path::Component::Normal(_)]
+    ) && !row.file.contains(['/', '\\']);
+    if !plain {
+        return Err(outside());
+    }
+    let path = folder.join(name);
+    match path.symlink_metadata() {
+        Ok(meta) if meta.file_type().is_symlink() => Err(outside()),
+        Ok(meta) if meta.is_file() => Ok(Some(path)),
+        // Named but absent (a point killed before it wrote): nothing to read.
+        _ => Ok(None),
+    }
+}
+
+/// Counts what is read against [`TOTAL_LIMIT`].
+#[derive(Debug, Default)]
+struct Budget(u64);
+
+impl Budget {
+    fn take(&mut self, bytes: usize) -> Result<(), ReportError> {
+        self.0 = self.0.saturating_add(bytes as u64);
+        if self.0 > TOTAL_LIMIT {
+            Err(ReportError::TooMuch)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Reads documents and folders: a folder with a `summary.csv` is a sweep, whose documents are
+/// read only by plain file names inside it; any other folder contributes each `.json` document
+/// in it (sorted by name). Each document is read within [`MEASUREMENT_LIMIT`], all of them within
+/// [`TOTAL_LIMIT`].
 pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
     let mut inputs = Inputs::default();
+    let mut budget = Budget::default();
     for path in paths {
-        if path.is_file() {
-            inputs.runs.push(run(path)?);
-        } else if path.is_dir() {
+        if path.is_dir() {
             let summary = path.join(SUMMARY_FILE);
             if summary.is_file() {
                 let rows = read_summary(&summary)?;
-                let first = rows
-                    .iter()
-                    .find(|r| !r.file.is_empty() && path.join(&r.file).is_file())
-                    .map(|r| document(&path.join(&r.file)))
-                    .transpose()?;
+                let mut first = None;
+                for r in &rows {
+                    if let Some(file) = inside(path, &summary, r)?
+                        && first.is_none()
+                    {
+                        first = Some(document(&file, &mut budget)?);
+                    }
+                }
                 inputs.sweeps.push(Sweep {
                     label: path.display().to_string(),
                     rows,
@@ -102,21 +178,27 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
                 });
             } else {
                 let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-                    .map_err(|source| ReportError::Read {
+                    .map_err(|e| ReportError::Read {
                         path: path.clone(),
-                        source,
+                        reason: lab::files::os_message(&e),
                     })?
                     .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "json"))
+                    .filter(|p| {
+                        p.symlink_metadata().is_ok_and(|m| m.is_file())
+                            && p.extension().is_some_and(|e| e == "json")
+                    })
                     .collect();
                 if files.is_empty() {
                     return Err(ReportError::EmptyFolder(path.clone()));
                 }
                 files.sort();
                 for f in files {
-                    inputs.runs.push(run(&f)?);
+                    inputs.runs.push(run(&f, &mut budget)?);
                 }
             }
+        } else if path.exists() {
+            // A file, or anything else that reads like one (a device, a pipe): within its limit.
+            inputs.runs.push(run(path, &mut budget)?);
         } else {
             return Err(ReportError::Missing(path.clone()));
         }
@@ -124,18 +206,16 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
     Ok(inputs)
 }
 
-fn run(path: &Path) -> Result<Run, ReportError> {
+fn run(path: &Path, budget: &mut Budget) -> Result<Run, ReportError> {
     Ok(Run {
         label: path.display().to_string(),
-        doc: document(path)?,
+        doc: document(path, budget)?,
     })
 }
 
-fn document(path: &Path) -> Result<MeasurementDocument, ReportError> {
-    let bytes = std::fs::read(path).map_err(|source| ReportError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+fn document(path: &Path, budget: &mut Budget) -> Result<MeasurementDocument, ReportError> {
+    let bytes = lab::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
+    budget.take(bytes.len())?;
     let not = |why: String| ReportError::NotADocument {
         path: path.to_path_buf(),
         why,

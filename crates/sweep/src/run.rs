@@ -155,19 +155,26 @@ pub enum Stop {
     Failed,
     /// The device is not usable (the first point could not open it).
     Unusable,
-    /// Interrupted (Ctrl-C) between points.
+    /// Interrupted (Ctrl-C, SIGTERM) between points.
     Interrupted,
 }
 
+/// The reason of a point that was being measured when the summary was written.
+pub const RUNNING_REASON: &str = "being measured when this summary was written; if the sweep has \
+     ended, it was killed before it could read this point's document";
+
 /// Runs the points in order and stops at the first one that is not `ok`: later points are not
 /// run (a larger point would not fit either). When `interrupted()` turns true the point in
-/// progress finishes and every remaining point gets an `interrupted` row. `after_each` sees the
-/// rows so far after every point (to rewrite the summary), and may end the sweep with an error.
+/// progress finishes and every remaining point gets an `interrupted` row. `before_each` sees the
+/// rows so far plus a `running` row for the point about to start (so that a summary written then
+/// names every document that may appear, even if the sweep is killed during the point);
+/// `after_each` sees the rows so far after every point. Either may end the sweep with an error.
 pub fn run_points<E>(
     points: &[Point],
     dtype: DType,
     runner: &mut dyn PointRunner,
     interrupted: impl Fn() -> bool,
+    mut before_each: impl FnMut(&[Row]) -> Result<(), E>,
     mut after_each: impl FnMut(usize, &[Row]) -> Result<(), E>,
 ) -> Result<(Vec<Row>, Stop), E> {
     let mut rows = Vec::with_capacity(points.len());
@@ -177,12 +184,17 @@ pub fn run_points<E>(
                 rows.push(rest.row_without_document(
                     dtype,
                     Status::Interrupted,
-                    "not run: the sweep was interrupted (Ctrl-C) before this point",
+                    "not run: the sweep was interrupted (Ctrl-C or SIGTERM) before this point",
                 ));
             }
             after_each(i, &rows)?;
             return Ok((rows, Stop::Interrupted));
         }
+        let mut running = point.row_without_document(dtype, Status::Running, RUNNING_REASON);
+        running.file = point.file_name();
+        rows.push(running);
+        before_each(&rows)?;
+        rows.pop();
         let (row, stop) = match runner.run(point) {
             Outcome::Measured(doc) => {
                 let row = Row::from_document(
@@ -194,7 +206,7 @@ pub fn run_points<E>(
                 let stop = match row.status {
                     Status::Ok => None,
                     Status::OutOfMemory | Status::WouldNotFit => Some(Stop::MemoryLimit),
-                    Status::Failed | Status::Interrupted => Some(Stop::Failed),
+                    Status::Failed | Status::Interrupted | Status::Running => Some(Stop::Failed),
                 };
                 (row, stop)
             }
@@ -291,6 +303,14 @@ mod tests {
             DType::Float32,
             runner,
             || stop_after.is_some_and(|n| done.get() >= n),
+            |rows: &[Row]| {
+                // The point about to run is listed, with its file, before it runs.
+                let last = rows.last().unwrap();
+                assert_eq!(last.status, Status::Running);
+                assert_eq!(last.file, format!("point-width-{}.json", last.value));
+                assert_eq!(rows.len(), done.get() + 1);
+                Ok(())
+            },
             |_, rows: &[Row]| {
                 done.set(done.get() + 1);
                 seen.push(rows.len());

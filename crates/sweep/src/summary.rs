@@ -1,7 +1,8 @@
 //! `summary.csv`: one row per point, rewritten atomically after every point.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
+
+use lab::files::{InputError, OutputError, Written};
 
 use lab::dtype::DType;
 use lab::measure::document::MeasurementDocument;
@@ -22,8 +23,12 @@ pub enum Status {
     OutOfMemory,
     /// Any other failure (a device error, a failed numerical check, a child that crashed).
     Failed,
-    /// Not run: the sweep was interrupted (Ctrl-C) before this point.
+    /// Not run: the sweep was interrupted (Ctrl-C, SIGTERM) before this point.
     Interrupted,
+    /// Being measured when this summary was written; a summary that still says so after the
+    /// sweep ended belongs to a sweep that was killed, and the point's document (if present) was
+    /// not read into it.
+    Running,
 }
 
 impl Status {
@@ -35,6 +40,7 @@ impl Status {
             Status::OutOfMemory => "out_of_memory",
             Status::Failed => "failed",
             Status::Interrupted => "interrupted",
+            Status::Running => "running",
         }
     }
 }
@@ -121,28 +127,30 @@ impl Row {
     }
 }
 
+/// The largest `summary.csv` read: a sweep of thousands of points is far smaller.
+pub const SUMMARY_LIMIT: u64 = 16 << 20;
+
 /// Why `summary.csv` could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum SummaryError {
-    /// The OS refused.
-    #[error("could not write {}: {source}", .path.display())]
-    Write {
-        /// The summary file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// The file could not be written.
+    #[error(transparent)]
+    Write(#[from] OutputError),
+    /// The file could not be read, or is over [`SUMMARY_LIMIT`].
+    #[error(transparent)]
+    Input(#[from] InputError),
     /// Not a summary this tool writes.
-    #[error("{} is not a sweep summary: {source}", .path.display())]
+    #[error("{} is not a sweep summary: {reason}", .path.display())]
     Read {
         /// The summary file.
         path: PathBuf,
         /// What the CSV reader said.
-        source: csv::Error,
+        reason: String,
     },
 }
 
-/// Writes the rows as CSV (header included).
+/// Writes the rows as CSV (header included). A reason (it may quote a child's stderr) is stored
+/// with control characters escaped and, if it starts like a spreadsheet formula, a leading `'`.
 pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>, csv::Error> {
     let mut w = csv::Writer::from_writer(Vec::new());
     if rows.is_empty() {
@@ -150,7 +158,9 @@ pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>, csv::Error> {
         w.write_record(HEADER)?;
     }
     for r in rows {
-        w.serialize(r)?;
+        let mut r = r.clone();
+        r.reason = lab::text::neutralise_cell(&lab::text::printable(&r.reason)).into_owned();
+        w.serialize(&r)?;
     }
     w.into_inner().map_err(|e| e.into_error().into())
 }
@@ -175,34 +185,33 @@ pub const HEADER: [&str; 16] = [
     "file",
 ];
 
-/// Replaces `DIR/summary.csv` with `rows` atomically: a temporary file in the same folder,
-/// flushed, then renamed over the old one, so a reader (or a crash) sees either the previous
-/// summary or the new one, never half of one.
-pub fn write_summary(dir: &Path, rows: &[Row]) -> Result<(), SummaryError> {
+/// Replaces `DIR/summary.csv` with `rows` atomically ([`lab::files::replace`]): a temporary
+/// file in the same folder, flushed, then renamed over the old one, so a reader (or a crash)
+/// sees either the previous summary or the new one, never half of one.
+pub fn write_summary(dir: &Path, rows: &[Row]) -> Result<Written, SummaryError> {
     let path = dir.join(SUMMARY_FILE);
-    let io = |source| SummaryError::Write {
+    let bytes = to_csv(rows).map_err(|e| OutputError::Io {
         path: path.clone(),
-        source,
-    };
-    let bytes = to_csv(rows).map_err(|e| io(std::io::Error::other(e)))?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".summary-")
-        .suffix(".tmp")
-        .tempfile_in(dir)
-        .map_err(io)?;
-    tmp.write_all(&bytes).map_err(io)?;
-    tmp.as_file().sync_all().map_err(io)?;
-    tmp.persist(&path).map_err(|e| io(e.error))?;
-    Ok(())
+        reason: e.to_string(),
+    })?;
+    Ok(lab::files::replace(&path, &bytes)?)
 }
 
-/// Reads a `summary.csv`.
+/// Reads a `summary.csv` (within [`SUMMARY_LIMIT`]).
 pub fn read_summary(path: &Path) -> Result<Vec<Row>, SummaryError> {
-    let err = |source| SummaryError::Read {
+    let bytes = lab::files::read_bounded(path, SUMMARY_LIMIT, "a sweep summary")?;
+    let err = |e: csv::Error| SummaryError::Read {
         path: path.to_path_buf(),
-        source,
+        reason: e.to_string(),
     };
-    let mut r = csv::Reader::from_path(path).map_err(err)?;
+    let mut r = csv::Reader::from_reader(bytes.as_slice());
+    let headers = r.headers().map_err(err)?.clone();
+    if headers.iter().ne(HEADER) {
+        return Err(SummaryError::Read {
+            path: path.to_path_buf(),
+            reason: format!("its header is not {}", HEADER.join(",")),
+        });
+    }
     r.deserialize()
         .collect::<Result<Vec<Row>, _>>()
         .map_err(err)
@@ -240,11 +249,11 @@ mod tests {
     #[test]
     fn writes_reads_and_replaces_atomically() {
         let dir = tempfile::tempdir().unwrap();
-        write_summary(dir.path(), &[]).unwrap();
+        let _ = write_summary(dir.path(), &[]).unwrap();
         let text = std::fs::read_to_string(dir.path().join(SUMMARY_FILE)).unwrap();
         assert_eq!(text.trim_end(), HEADER.join(","));
         let rows = vec![row(64, Status::Ok), row(128, Status::WouldNotFit)];
-        write_summary(dir.path(), &rows).unwrap();
+        let _ = write_summary(dir.path(), &rows).unwrap();
         let text = std::fs::read_to_string(dir.path().join(SUMMARY_FILE)).unwrap();
         let mut lines = text.lines();
         assert_eq!(lines.next(), Some(HEADER.join(",").as_str()));
@@ -263,6 +272,14 @@ mod tests {
         assert_eq!(read_summary(&dir.path().join(SUMMARY_FILE)).unwrap(), rows);
         // Only the summary: no temporary file left behind.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn a_reason_that_looks_like_a_formula_is_stored_as_text() {
+        let mut r = row(64, Status::Failed);
+        r.reason = "=cmd|'/C calc'!A0\u{1b}[2J".into();
+        let text = String::from_utf8(to_csv(&[r]).unwrap()).unwrap();
+        assert!(text.contains("'=cmd|'/C calc'!A0\\u{1b}[2J"), "{text}");
     }
 
     #[test]

@@ -1,11 +1,13 @@
-//! `iteragpu cost`: the price of one accepted useful unit, per package, from the results grid.
+//! `iteragpu cost`: the price of one accepted useful unit, per rental and for all rentals
+//! together, from the results grid.
 
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use lab::catalogue::Catalogue;
 use lab::price::{cents_to_amount, decimal_cents_to_amount};
+use ledger::cost::{CostReport, RentalCost, Total};
 
 use crate::output;
 
@@ -16,9 +18,13 @@ Examples:
   iteragpu cost --results data/resultats-bruts.csv
   iteragpu cost --results data/resultats-bruts.csv --catalogue my-tariffs.csv --json
 
-Per package (GPU:DAYS:LOTS): the whole package price (lot price x lots) divided by the distinct
-accepted units, rounded half to even to 1/10000 of a cent; null without accepted units.
-Repeated runs on the same corpus are not new units: each corpus counts once, with its best run.")]
+Per rental (one package bought, named by `record --rental`): the whole package price (lot price
+x lots) divided by its accepted units, rounded half to even to 1/10000 of a cent. Only runs that
+met the protocol's threshold count; a corpus run several times on a rental counts once, by the
+protocol's aggregation rule (best, last or mean of those runs). A rental with no run meeting the
+threshold has no unit price, and says why. All rentals together: the sum of their prices over
+their distinct accepted units, each corpus counted once however many rentals ran it. Runs
+recorded with --allow-device-mismatch are listed under their rental.")]
 pub struct Args {
     /// The results grid written by `iteragpu record`.
     #[arg(long)]
@@ -33,13 +39,19 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Runs `cost`.
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let catalogue = match &args.catalogue {
+/// The catalogue given with `--catalogue`, or the bundled one.
+pub(crate) fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
+    Ok(match path {
         Some(path) => Catalogue::from_path(path)?,
         None => Catalogue::embedded(),
-    };
-    let report = ledger::cost::cost(&args.results, &catalogue)?;
+    })
+}
+
+/// Runs `cost`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let catalogue = catalogue(args.catalogue.as_deref())?;
+    let report =
+        ledger::cost::cost(&args.results, &catalogue).map_err(super::protocol::classify)?;
     if args.json {
         output::print_json(&report)?;
     } else {
@@ -48,71 +60,157 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn render(report: &ledger::cost::CostReport) -> String {
+fn plural(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
+fn rental(s: &mut String, r: &RentalCost) {
+    let star = if r.example_price {
+        " (EXAMPLE price)"
+    } else {
+        ""
+    };
+    let _ = writeln!(s, "\nrental {}: {} ({})", r.rental, r.package, r.model);
+    let _ = writeln!(
+        s,
+        "  runs                 {} ({} met the protocol's threshold)",
+        r.runs, r.runs_meeting_threshold
+    );
+    for c in &r.corpora {
+        let counted = if c.runs_meeting_threshold == 0 && c.runs == 1 {
+            "its one run did not meet the threshold".to_string()
+        } else if c.runs_meeting_threshold == 0 {
+            format!("none of its {} runs met the threshold", c.runs)
+        } else {
+            format!(
+                "{} the {} that met the threshold",
+                c.aggregation.of(),
+                plural(c.runs_meeting_threshold, "run")
+            )
+        };
+        let _ = writeln!(
+            s,
+            "  corpus {:<13} {} accepted ({counted})",
+            c.corpus_id, c.accepted_units
+        );
+    }
+    let _ = writeln!(s, "  accepted units       {}", r.accepted_units);
+    let _ = writeln!(
+        s,
+        "  package price        {} {} ({} cents){star}",
+        r.currency,
+        cents_to_amount(r.total_price_cents),
+        r.total_price_cents
+    );
+    unit_line(
+        s,
+        &r.currency,
+        r.unit_price_cents,
+        r.accepted_units,
+        r.no_unit_price.as_deref(),
+        star,
+    );
+    // One line per device, listing its runs' lines.
+    let mut devices: Vec<(&str, &str, Vec<String>)> = Vec::new();
+    for m in &r.device_mismatches {
+        match devices
+            .iter_mut()
+            .find(|(model, uuid, _)| *model == m.device_model && *uuid == m.device_uuid)
+        {
+            Some((_, _, lines)) => lines.push(m.line.to_string()),
+            None => devices.push((&m.device_model, &m.device_uuid, vec![m.line.to_string()])),
+        }
+    }
+    for (model, uuid, lines) in devices {
+        let _ = writeln!(
+            s,
+            "  device mismatch      line{} {}: measured on {model} ({uuid}), not an {} (--allow-device-mismatch)",
+            if lines.len() == 1 { "" } else { "s" },
+            lines.join(", "),
+            r.model
+        );
+    }
+}
+
+fn unit_line(
+    s: &mut String,
+    currency: &str,
+    unit: Option<rust_decimal::Decimal>,
+    units: u64,
+    why: Option<&str>,
+    star: &str,
+) {
+    match unit {
+        Some(unit) => {
+            let _ = writeln!(
+                s,
+                "  per accepted unit    {currency} {} ({unit} cents = price / {units}, rounded half to even to 1/10000 cent){star}",
+                decimal_cents_to_amount(unit),
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  per accepted unit    none: {}",
+                why.unwrap_or("no accepted units")
+            );
+        }
+    }
+}
+
+fn total(s: &mut String, t: &Total) {
+    let star = if t.example_price {
+        " (EXAMPLE price)"
+    } else {
+        ""
+    };
+    let _ = writeln!(s, "\nall {} together", plural(t.rentals, "rental"));
+    let _ = writeln!(
+        s,
+        "  price                {} {} ({} cents){star}",
+        t.currency,
+        cents_to_amount(t.total_price_cents),
+        t.total_price_cents
+    );
+    let _ = writeln!(
+        s,
+        "  distinct accepted    {} (each corpus once, however many rentals ran it)",
+        t.accepted_units
+    );
+    unit_line(
+        s,
+        &t.currency,
+        t.unit_price_cents,
+        t.accepted_units,
+        t.no_unit_price.as_deref(),
+        star,
+    );
+}
+
+fn render(report: &CostReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{}: {} run{}, {} package{}, prices from the catalogue {}",
+        "{}: {}, {}, prices from the catalogue {}",
         report.results,
-        report.runs,
-        if report.runs == 1 { "" } else { "s" },
-        report.packages.len(),
-        if report.packages.len() == 1 { "" } else { "s" },
+        plural(report.runs, "run"),
+        plural(report.rentals.len(), "rental"),
         report.catalogue
     );
-    if report.packages.is_empty() {
+    if report.rentals.is_empty() {
         let _ = writeln!(s, "no runs recorded yet: `iteragpu record` adds them");
         return s;
     }
-    for p in &report.packages {
-        let star = if p.example_price {
-            " (EXAMPLE price)"
-        } else {
-            ""
-        };
-        let _ = writeln!(s, "\n{} ({})", p.package, p.model);
-        let _ = writeln!(
-            s,
-            "  runs                 {} ({} met the protocol's threshold)",
-            p.runs, p.runs_meeting_threshold
-        );
-        for c in &p.corpora {
-            let _ = writeln!(
-                s,
-                "  corpus {:<13} {} accepted (best of {} run{})",
-                c.corpus_id,
-                c.accepted_units,
-                c.runs,
-                if c.runs == 1 { "" } else { "s" }
-            );
-        }
-        let _ = writeln!(s, "  distinct accepted    {}", p.accepted_units);
-        let _ = writeln!(
-            s,
-            "  package price        {} {} ({} cents){star}",
-            p.currency,
-            cents_to_amount(p.total_price_cents),
-            p.total_price_cents
-        );
-        match p.unit_price_cents {
-            Some(unit) => {
-                let _ = writeln!(
-                    s,
-                    "  per accepted unit    {} {} ({unit} cents = package price / {}, rounded half to even to 1/10000 cent){star}",
-                    p.currency,
-                    decimal_cents_to_amount(unit),
-                    p.accepted_units
-                );
-            }
-            None => {
-                let _ = writeln!(
-                    s,
-                    "  per accepted unit    none (no accepted units: there is no price per nothing)"
-                );
-            }
+    for r in &report.rentals {
+        rental(&mut s, r);
+    }
+    // With one rental the total is that rental: said once.
+    if report.rentals.len() > 1 {
+        for t in &report.totals {
+            total(&mut s, t);
         }
     }
-    if report.packages.iter().any(|p| p.example_price) {
+    if report.rentals.iter().any(|r| r.example_price) {
         let _ = writeln!(
             s,
             "\nEXAMPLE prices are not real quotes: the catalogue rows say so in their source."

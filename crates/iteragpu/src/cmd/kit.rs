@@ -54,6 +54,8 @@ struct KitReport<'a> {
 
 /// Runs `kit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // An existing, unwritable or over-long --output is refused before anything is built.
+    lab::files::check_new(&args.output).map_err(|e| exit::usage(e.to_string()))?;
     let mut sources: Vec<(String, PathBuf)> = Vec::new();
     if args.with_binary {
         let exe = std::env::current_exe().context("cannot locate the running executable")?;
@@ -86,10 +88,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         KitError::DuplicateTarget(_) => exit::usage(e.to_string()),
         other => other.into(),
     })?;
-    kit::write_new(&args.output, &built.bytes).map_err(|e| match e {
+    let written = kit::write_new(&args.output, &built.bytes).map_err(|e| match e {
         KitError::OutputExists(_) => exit::usage(e.to_string()),
         other => other.into(),
     })?;
+    if let Some(warning) = written.warning(&args.output) {
+        output::warn(&warning);
+    }
     let report = KitReport {
         output: args.output.display().to_string(),
         bytes: built.bytes.len() as u64,

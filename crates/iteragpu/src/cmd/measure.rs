@@ -255,6 +255,8 @@ pub fn parse_max_memory(text: &str) -> Result<u64, String> {
 
 /// Runs `measure`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // Started by `sweep`: end with it, never outlive it.
+    crate::child::die_with_parent().map_err(anyhow::Error::msg)?;
     let dtype: DType = args
         .run
         .dtype
@@ -442,7 +444,10 @@ fn measure_on<D: Device>(
 fn finish(args: &Args, output: &Path, doc: &MeasurementDocument) -> anyhow::Result<ExitCode> {
     let mut json = serde_json::to_vec_pretty(doc)?;
     json.push(b'\n');
-    files::write_new(output, &json)?;
+    let written = files::write_new(output, &json)?;
+    if let Some(warning) = written.warning(output) {
+        output::warn(&warning);
+    }
     if args.json {
         output::print_json(doc)?;
     } else {

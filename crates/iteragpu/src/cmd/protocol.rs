@@ -17,9 +17,10 @@ Examples:
   $EDITOR protocol.txt
   iteragpu protocol lock protocol.txt
 
-The protocol is a text file of `key = value` lines (# starts a comment). `lock` refuses empty
-fields and writes FILE.lock with the file's SHA-256 and the UTC time; `iteragpu record` then
-refuses the protocol if one byte of it changed.")]
+The protocol is a text file of `key = value` lines (# starts a comment); docs/quality-protocol.md
+explains every field. `lock` refuses empty fields and writes FILE.lock with the file's SHA-256 and
+the UTC time; `iteragpu record` then refuses the protocol if one byte of it changed. Both files
+appear whole or not at all: an interrupted `init` or `lock` leaves nothing to clean up.")]
 pub struct Args {
     /// What to do with the protocol.
     #[command(subcommand)]
@@ -64,12 +65,10 @@ struct Locked<'a> {
 
 /// Ledger errors the user fixes by changing the command (exit 2); the rest are data (exit 1).
 pub(crate) fn classify(err: LedgerError) -> anyhow::Error {
-    match err {
-        LedgerError::ProtocolExists(_)
-        | LedgerError::Counts(_)
-        | LedgerError::BadPackage { .. }
-        | LedgerError::Notes => exit::usage(err.to_string()),
-        other => other.into(),
+    if err.is_usage() {
+        exit::usage(err.to_string())
+    } else {
+        err.into()
     }
 }
 
@@ -77,7 +76,10 @@ pub(crate) fn classify(err: LedgerError) -> anyhow::Error {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.action {
         Action::Init { file, json } => {
-            ledger::protocol::init(&file, SystemTime::now()).map_err(classify)?;
+            let written = ledger::protocol::init(&file, SystemTime::now()).map_err(classify)?;
+            if let Some(warning) = written.warning(&file) {
+                output::warn(&warning);
+            }
             let report = Initialised {
                 protocol: file.display().to_string(),
                 fields: ledger::protocol::FIELDS.iter().map(|(k, _)| *k).collect(),
@@ -93,11 +95,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
         Action::Lock { file, json } => {
-            let lock = ledger::protocol::lock(&file, SystemTime::now(), env!("CARGO_PKG_VERSION"))
-                .map_err(classify)?;
+            let (lock, written) =
+                ledger::protocol::lock(&file, SystemTime::now(), env!("CARGO_PKG_VERSION"))
+                    .map_err(classify)?;
+            let lock_file = ledger::protocol::lock_path(&file);
+            if let Some(warning) = written.warning(&lock_file) {
+                output::warn(&warning);
+            }
             let report = Locked {
                 protocol: file.display().to_string(),
-                lock_file: ledger::protocol::lock_path(&file).display().to_string(),
+                lock_file: lock_file.display().to_string(),
                 lock: &lock,
             };
             if json {

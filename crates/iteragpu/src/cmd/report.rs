@@ -19,7 +19,9 @@ Examples:
   iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html
 
 The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a
-Content-Security-Policy forbids every fetch). Runs side by side share their axes.")]
+Content-Security-Policy forbids every fetch). Runs side by side share their axes. A sweep's
+documents are read only by the plain file names its summary.csv gives, inside its folder; each
+document is read within 16 MiB and all inputs together within 64 MiB.")]
 pub struct Args {
     /// Measurement documents (.json) and folders: a folder holding summary.csv is a sweep; any
     /// other folder contributes every .json document in it.
@@ -48,6 +50,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
     let inputs = report::load(&args.inputs).map_err(|e| match e {
         ReportError::Missing(_) => usage(e.to_string()),
+        ReportError::Input(ref i) if i.is_not_found() => usage(e.to_string()),
         other => anyhow::Error::new(other),
     })?;
     let meta = Meta {
@@ -55,7 +58,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         generated_utc: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
     };
     let html = report::render(&inputs, &meta)?;
-    files::write_new(&args.output, html.as_bytes())?;
+    let written = files::write_new(&args.output, html.as_bytes())?;
+    if let Some(warning) = written.warning(&args.output) {
+        output::warn(&warning);
+    }
     let written = Written {
         output: args.output.clone(),
         runs: inputs.runs.len(),

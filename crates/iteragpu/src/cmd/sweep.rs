@@ -8,7 +8,7 @@
 //! points are measured against. The child refuses a point that would not fit with a sentence
 //! that starts with [`measure::WOULD_NOT_FIT`], which the parent recognises.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -38,11 +38,14 @@ Examples:
 
 Exactly one of --batch, --context, --width, --hidden is a list (64,128,256) or a range with a
 step (64..8192:x2 doubles, 64..512:+64 adds). Each point runs `iteragpu measure` in a new process
-and writes DIR/point-<option>-<value>.json; DIR/summary.csv gets one row per point after every
-point. Before each point the pre-flight estimate is compared with the device's free memory x
+and writes DIR/point-<option>-<value>.json; DIR/summary.csv lists the point as `running` before
+it starts and gets its result after it, so it names every document in the folder at any moment.
+Before each point the pre-flight estimate is compared with the device's free memory x
 --max-memory-fraction (and --max-memory); the sweep stops at the first point that would not fit,
-runs out of memory or fails, and keeps everything measured before it. Ctrl-C stops after the
-point in progress; the points not run are listed as `interrupted`.
+runs out of memory or fails, and keeps everything measured before it. Ctrl-C or SIGTERM stops
+after the point in progress; the points not run are listed as `interrupted`. The folder is
+claimed for the sweep's whole life (DIR/.iteragpu-sweep.lock): a second sweep into it is
+refused. A point's process dies with the sweep, even when the sweep is killed.
 
 Exit codes: 0 every point ran, or the sweep stopped at a memory limit after at least one point;
 1 a point failed, no point fitted, or the sweep was interrupted; 2 bad options, a folder that is
@@ -140,14 +143,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         })
         .map_err(|e| usage(format!("point {dimension} {}: {e}", p.value)))?;
     }
-    prepare_folder(&args.output_dir)?;
-    sweep::write_summary(&args.output_dir, &[])?;
+    let claim = claim_folder(&args.output_dir)?;
+    let written = sweep::write_summary(&args.output_dir, &[])?;
+    let summary_path = args.output_dir.join(sweep::summary::SUMMARY_FILE);
+    if let Some(warning) = written.warning(&summary_path) {
+        output::warn(&warning);
+    }
 
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = Arc::clone(&interrupted);
-        // Without a handler Ctrl-C still ends the sweep; the folder then holds every finished
-        // point and the summary written after the last one.
+        // Ctrl-C, SIGTERM and SIGHUP alike. Without a handler they still end the sweep; its
+        // point's process then dies with it, and the summary names the point as `running`.
         let _ = ctrlc::set_handler(move || {
             if !flag.swap(true, Ordering::SeqCst) {
                 eprintln!(
@@ -172,14 +179,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         dtype,
         &mut runner,
         || interrupted.load(Ordering::SeqCst),
+        |rows: &[Row]| -> anyhow::Result<()> {
+            let _ = sweep::write_summary(&dir, rows)?;
+            Ok(())
+        },
         |i, rows: &[Row]| -> anyhow::Result<()> {
-            sweep::write_summary(&dir, rows)?;
+            let _ = sweep::write_summary(&dir, rows)?;
             if let Some(row) = rows.get(i).filter(|r| r.status != Status::Interrupted) {
                 point_line(bar.as_ref(), i, total, row);
             }
             Ok(())
         },
     )?;
+    drop(claim);
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -209,7 +221,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ),
         (_, None) => "no point ran".to_string(),
     };
-    let summary_path = args.output_dir.join(sweep::summary::SUMMARY_FILE);
     if args.json {
         output::print_json(&SweepSummary {
             schema: "iteragpu.sweep/1",
@@ -234,7 +245,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match stop {
         Stop::Finished => Ok(ExitCode::SUCCESS),
         Stop::MemoryLimit if ok > 0 => {
-            eprintln!("iteragpu: {note}");
+            output::eprint_line(&format!("iteragpu: {note}"));
             Ok(ExitCode::SUCCESS)
         }
         Stop::Unusable => Err(usage(format!(
@@ -275,27 +286,104 @@ fn varied(args: &Args) -> anyhow::Result<(Dimension, Vec<usize>)> {
     }
 }
 
-/// The folder must be new (it is created) or empty, so the summary describes all of it.
-fn prepare_folder(dir: &Path) -> anyhow::Result<()> {
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(usage(format!(
-                    "--output-dir {} is not empty; a sweep writes into a new or empty folder so \
-                     that its summary describes everything in it",
-                    dir.display()
-                )));
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir)
-            .with_context(|| format!("could not create --output-dir {}", dir.display())),
-        Err(e) if dir.exists() && !dir.is_dir() => Err(usage(format!(
-            "--output-dir {} is a file, not a folder ({e})",
-            dir.display()
-        ))),
-        Err(e) => Err(anyhow::Error::new(e).context(format!("could not read {}", dir.display()))),
+/// The file a sweep holds in its folder for its whole life.
+pub const CLAIM_FILE: &str = ".iteragpu-sweep.lock";
+
+/// A sweep's exclusive hold on its folder: the claim file, created exclusively and locked, then
+/// removed when the sweep ends (a sweep that is killed leaves it, and the folder is then not
+/// empty for another sweep anyway).
+struct Claim {
+    path: PathBuf,
+    _file: std::fs::File,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
+}
+
+/// An error creating or writing in `--output-dir` that the user fixes by choosing another folder.
+fn folder_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
+    usage(format!(
+        "--output-dir {}: cannot create or write in it: {}; choose a folder you can write to",
+        dir.display(),
+        lab::files::os_message(e)
+    ))
+}
+
+/// Claims the folder for this sweep: it must be new (it is created) or empty, so the summary
+/// describes all of it, and no other sweep may write into it meanwhile. Checked before the first
+/// point: a folder that cannot be created or written is a usage error, not a failure later.
+fn claim_folder(dir: &Path) -> anyhow::Result<Claim> {
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) if !meta.is_dir() => {
+            return Err(usage(format!(
+                "--output-dir {} is not a folder",
+                dir.display()
+            )));
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(dir).map_err(|e| folder_error(dir, &e))?;
+        }
+        Err(e) => return Err(folder_error(dir, &e)),
+    }
+    let path = dir.join(CLAIM_FILE);
+    let not_empty = |what: String| {
+        usage(format!(
+            "--output-dir {} is not empty ({what}); a sweep writes into a new or empty folder so \
+             that its summary describes everything in it",
+            dir.display()
+        ))
+    };
+    let mut entries = std::fs::read_dir(dir).map_err(|e| folder_error(dir, &e))?;
+    if let Some(entry) = entries.next() {
+        let name = entry
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if name == CLAIM_FILE {
+            let held = std::fs::File::open(&path).is_ok_and(|f| f.try_lock().is_err());
+            return Err(not_empty(if held {
+                "another sweep is writing into it now".to_string()
+            } else {
+                format!("a sweep that was killed left {CLAIM_FILE} in it")
+            }));
+        }
+        return Err(not_empty(format!("it holds {name}")));
+    }
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                not_empty("another sweep claimed it a moment ago".to_string())
+            } else {
+                folder_error(dir, &e)
+            }
+        })?;
+    let claim = Claim {
+        path: path.clone(),
+        _file: file,
+    };
+    claim._file.lock().map_err(|e| folder_error(dir, &e))?;
+    let _ = writeln!(&claim._file, "{}", std::process::id());
+    // Anything else that appeared between the check and the claim (a non-sweep writer) would be
+    // left out of the summary: refuse it too.
+    let others = std::fs::read_dir(dir)
+        .map_err(|e| folder_error(dir, &e))?
+        .filter_map(Result::ok)
+        .find(|e| e.file_name() != CLAIM_FILE);
+    if let Some(other) = others {
+        return Err(not_empty(format!(
+            "{} appeared in it",
+            other.file_name().to_string_lossy()
+        )));
+    }
+    lab::files::check_new(&dir.join(sweep::summary::SUMMARY_FILE))
+        .map_err(|e| usage(e.to_string()))?;
+    Ok(claim)
 }
 
 /// Runs each point as `iteragpu measure` in a new process.
@@ -328,11 +416,13 @@ impl PointRunner for ChildRunner<'_> {
         }
         cmd.arg("--output")
             .arg(&file)
+            .env(crate::child::PARENT_ENV, std::process::id().to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         // Its own process group: a Ctrl-C at the terminal reaches the sweep only, so the point
-        // in progress finishes and writes its document.
+        // in progress finishes and writes its document. If the sweep itself dies, the child
+        // dies with it (see `crate::child`).
         #[cfg(unix)]
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         let out = match cmd.output() {
@@ -379,8 +469,11 @@ impl PointRunner for ChildRunner<'_> {
 }
 
 fn read_document(path: &Path) -> anyhow::Result<MeasurementDocument> {
-    let bytes =
-        std::fs::read(path).with_context(|| format!("could not read {}", path.display()))?;
+    let bytes = lab::files::read_bounded(
+        path,
+        lab::measure::document::MEASUREMENT_LIMIT,
+        lab::measure::document::MEASUREMENT_KIND,
+    )?;
     serde_json::from_slice(&bytes)
         .with_context(|| format!("{} is not a measurement document", path.display()))
 }
@@ -426,9 +519,9 @@ fn point_line(bar: Option<&ProgressBar>, i: usize, total: usize, row: &Row) {
     match bar {
         Some(bar) => {
             bar.inc(1);
-            bar.println(&line);
+            bar.println(lab::text::printable_lines(&line));
         }
-        None => eprintln!("{line}"),
+        None => output::eprint_line(&line),
     }
 }
 

@@ -14,8 +14,10 @@ Examples:
   iteragpu verify iteragpu-lab-v1.zip --json
 
 Complete: every member MANIFEST.json lists is there, nothing else is, and no name could escape
-the folder (`..`, an absolute path, a link). Valid: every member has the listed size and then
-the listed SHA-256. Nothing is extracted. Exit 1 on any failure.")]
+the folder (`..`, an absolute path, a link) or collide with another once case is ignored or
+Unicode normalised; in a zip, every local header matches its central entry and no data lies
+before, between or after the entries. Valid: every member has the listed size and then the
+listed SHA-256. Nothing is extracted. Exit 1 on any failure.")]
 pub struct Args {
     /// A kit zip, its extracted top folder, or a folder holding that top folder.
     pub path: PathBuf,

@@ -412,3 +412,67 @@ fn chromium_renders_every_chart_without_a_console_error() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n") && png.len() > 20_000);
     eprintln!("screenshot: {}", shot.display());
 }
+
+/// Issue 11, item 15: a sweep's documents are read only by plain file names inside its folder:
+/// a summary that names a file elsewhere (or a link to one) is refused, and nothing of it is read.
+#[test]
+fn a_summary_cannot_make_the_report_read_outside_its_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["sweep", "--device", "cpu", "--batch", "1", "--context", "8"])
+        .args([
+            "--width",
+            "16,32",
+            "--repeats",
+            "2",
+            "--output-dir",
+            "sweep",
+        ])
+        .assert()
+        .success();
+    let summary = dir.path().join("sweep/summary.csv");
+    let original = std::fs::read_to_string(&summary).unwrap();
+    // A real document outside the folder, so that reading it would succeed.
+    std::fs::copy(
+        dir.path().join("sweep/point-width-16.json"),
+        dir.path().join("outside.json"),
+    )
+    .unwrap();
+    for name in [
+        "../outside.json",
+        "/etc/passwd",
+        "sub/../point-width-32.json",
+    ] {
+        std::fs::write(&summary, original.replace("point-width-16.json", name)).unwrap();
+        iteragpu()
+            .current_dir(dir.path())
+            .args(["report", "sweep", "--output", "r.html"])
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(format!(
+                "names the file {name:?}, which is not a file name inside the sweep folder"
+            )));
+    }
+    // A point document replaced by a link to a file elsewhere.
+    std::fs::write(&summary, &original).unwrap();
+    let point = dir.path().join("sweep/point-width-16.json");
+    std::fs::remove_file(&point).unwrap();
+    std::os::unix::fs::symlink(dir.path().join("outside.json"), &point).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "sweep", "--output", "r.html"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "not a file name inside the sweep folder",
+        ));
+    assert!(!dir.path().join("r.html").exists());
+    std::fs::remove_file(&point).unwrap();
+    std::fs::copy(dir.path().join("outside.json"), &point).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "sweep", "--output", "r.html"])
+        .assert()
+        .success();
+}

@@ -269,3 +269,217 @@ fn no_usable_gpu_ends_the_sweep_with_exit_2_and_a_summary() {
     assert_eq!(rows.len(), 1);
     assert_eq!(&rows[0][13], "failed");
 }
+
+/// The rows of `dir/summary.csv` as (status, file).
+fn statuses(dir: &Path) -> Vec<(String, String)> {
+    let Ok(mut r) = csv::Reader::from_path(dir.join("summary.csv")) else {
+        return Vec::new();
+    };
+    r.records()
+        .filter_map(Result::ok)
+        .map(|r| (r[13].to_string(), r[15].to_string()))
+        .collect()
+}
+
+/// Every point document in `dir` is named by a row of its summary.
+fn every_point_file_is_listed(dir: &Path) {
+    let listed: Vec<String> = statuses(dir).into_iter().map(|(_, f)| f).collect();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.starts_with("point-") {
+            assert!(
+                listed.contains(&name),
+                "{name} is not in summary.csv: {listed:?}"
+            );
+        }
+    }
+}
+
+/// A sweep whose second point runs for seconds, started in `dir/runs`.
+fn slow_sweep(dir: &Path) -> std::process::Child {
+    std::process::Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
+        .current_dir(dir)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "256",
+        ])
+        .args(["--width", "64,512,640", "--warmup", "1", "--repeats", "60"])
+        .args(["--output-dir", "runs"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the summary says the point `value` is running; the children of `parent` then.
+fn wait_for_running(dir: &Path, file: &str, parent: u32) -> Vec<u32> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_secs(120) {
+        if statuses(dir)
+            .iter()
+            .any(|(s, f)| s == "running" && f == file)
+        {
+            let kids = children(parent);
+            if !kids.is_empty() {
+                return kids;
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("{file} never ran");
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                // pid (comm) state ppid ...: the comm may hold spaces, so read after the `)`.
+                s.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+/// A process that is gone, or a zombie nobody has reaped yet.
+fn is_dead(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+        s.rsplit_once(')')
+            .and_then(|(_, rest)| {
+                rest.split_whitespace()
+                    .next()
+                    .map(|st| st == "Z" || st == "X")
+            })
+            .unwrap_or(true)
+    })
+}
+
+fn signal(pid: u32, name: &str) {
+    assert!(
+        std::process::Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+/// Issue 11, item 11: two sweeps into the same new folder never both succeed: the folder is
+/// claimed for a sweep's whole life. (Started together, two sweeps of an earlier version both
+/// succeeded with each other's points about once in ten rounds.)
+#[test]
+fn two_sweeps_never_share_a_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..30 {
+        let folder = format!("runs-{round}");
+        let start = || {
+            std::process::Command::new(assert_cmd::cargo::cargo_bin("iteragpu"))
+                .current_dir(dir.path())
+                .args(["sweep", "--device", "cpu", "--batch", "1", "--context", "8"])
+                .args(["--width", "8,16", "--repeats", "1", "--output-dir", &folder])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (a, b) = (start(), start());
+        let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
+        let codes: Vec<_> = outs.iter().map(|o| o.status.code()).collect();
+        assert!(
+            codes.contains(&Some(0)) && codes.contains(&Some(2)),
+            "round {round}: {codes:?}"
+        );
+        let refused = outs.iter().find(|o| o.status.code() == Some(2)).unwrap();
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("is not empty"),
+            "{}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+        let runs = dir.path().join(&folder);
+        let rows = statuses(&runs);
+        assert_eq!(rows.len(), 2);
+        assert!(rows.iter().all(|(s, _)| s == "ok"), "{rows:?}");
+        every_point_file_is_listed(&runs);
+        assert!(!runs.join(".iteragpu-sweep.lock").exists());
+    }
+}
+
+/// Issue 11, item 11: SIGTERM is Ctrl-C: the point in progress finishes, the rest are listed as
+/// interrupted, nothing keeps running, and the summary names every document in the folder.
+#[test]
+fn sigterm_stops_the_sweep_after_its_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = slow_sweep(dir.path());
+    let runs = dir.path().join("runs");
+    let kids = wait_for_running(&runs, "point-width-512.json", sweep.id());
+    assert!(runs.join(".iteragpu-sweep.lock").exists());
+    signal(sweep.id(), "TERM");
+    let out = sweep.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    for kid in kids {
+        assert!(is_dead(kid), "the point's process {kid} outlived the sweep");
+    }
+    let rows = statuses(&runs);
+    let status: Vec<&str> = rows.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(status, ["ok", "ok", "interrupted"], "{rows:?}");
+    assert!(runs.join("point-width-512.json").exists());
+    every_point_file_is_listed(&runs);
+    assert!(!runs.join(".iteragpu-sweep.lock").exists());
+}
+
+/// Issue 11, item 11: a sweep killed with SIGKILL (which it cannot catch) takes its point's
+/// process with it, and the summary already names the point it was measuring.
+#[test]
+fn a_killed_sweep_takes_its_point_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sweep = slow_sweep(dir.path());
+    let runs = dir.path().join("runs");
+    let kids = wait_for_running(&runs, "point-width-512.json", sweep.id());
+    sweep.kill().unwrap();
+    sweep.wait().unwrap();
+    let start = std::time::Instant::now();
+    while !kids.iter().all(|k| is_dead(*k)) {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(5),
+            "the point's process outlived the killed sweep"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let rows = statuses(&runs);
+    assert_eq!(
+        rows.last().unwrap(),
+        &("running".to_string(), "point-width-512.json".to_string())
+    );
+    every_point_file_is_listed(&runs);
+    // The folder is not reused: a new sweep is told why.
+    sweep_into(dir.path(), "runs").code(2).stderr(
+        predicate::str::contains("a sweep that was killed left")
+            .or(predicate::str::contains("is not empty")),
+    );
+}
+
+fn sweep_into(dir: &Path, folder: &str) -> assert_cmd::assert::Assert {
+    iteragpu()
+        .current_dir(dir)
+        .args([
+            "sweep",
+            "--device",
+            "cpu",
+            "--width",
+            "16,32",
+            "--output-dir",
+            folder,
+        ])
+        .assert()
+}

@@ -315,3 +315,160 @@ fn not_a_kit_is_a_clear_error() {
         .code(1)
         .stderr(predicate::str::contains("cannot read"));
 }
+
+/// Where each member's local header starts, and its central record, by name.
+fn offsets(bytes: &[u8]) -> Vec<(String, u64, u64)> {
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(bytes)).unwrap();
+    (0..zip.len())
+        .map(|i| {
+            let f = zip.by_index_raw(i).unwrap();
+            (
+                f.name().unwrap().to_string(),
+                f.header_start(),
+                f.central_header_start(),
+            )
+        })
+        .collect()
+}
+
+/// The offset of the end of central directory record.
+fn end_record(bytes: &[u8]) -> usize {
+    (0..bytes.len() - 21)
+        .rev()
+        .find(|&i| bytes[i..i + 4] == [0x50, 0x4b, 0x05, 0x06])
+        .unwrap()
+}
+
+/// Inserts `junk` at `at` and moves every offset the archive holds past it, so that the zip
+/// library still reads the archive as if nothing were there.
+fn insert(bytes: &[u8], at: usize, junk: &[u8]) -> Vec<u8> {
+    let n = junk.len() as u32;
+    let entries = offsets(bytes);
+    let eocd = end_record(bytes);
+    let cd_start = u32::from_le_bytes(bytes[eocd + 16..eocd + 20].try_into().unwrap()) as usize;
+    let mut out = bytes[..at].to_vec();
+    out.extend_from_slice(junk);
+    out.extend_from_slice(&bytes[at..]);
+    let shifted = |pos: usize| if pos >= at { pos + junk.len() } else { pos };
+    for (_, local, central) in entries {
+        if local as usize >= at {
+            let field = shifted(central as usize) + 42;
+            let v = u32::from_le_bytes(out[field..field + 4].try_into().unwrap()) + n;
+            out[field..field + 4].copy_from_slice(&v.to_le_bytes());
+        }
+    }
+    let eocd = shifted(eocd);
+    if cd_start >= at {
+        let v = cd_start as u32 + n;
+        out[eocd + 16..eocd + 20].copy_from_slice(&v.to_le_bytes());
+    }
+    out
+}
+
+/// Issue 11, item 12: a local header that names another file than its central entry (what a
+/// streaming extractor would write) is caught, though the central directory and every hash
+/// are intact.
+#[test]
+fn a_local_header_that_differs_from_its_central_entry_is_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kit(dir.path());
+    let mut bytes = std::fs::read(&good).unwrap();
+    let (_, local, _) = offsets(&bytes)
+        .into_iter()
+        .find(|(n, _, _)| n == &format!("{TOP}/README.md"))
+        .unwrap();
+    let name_at = local as usize + 30;
+    let evil = b"../../../../../tmp/EVL.md";
+    assert_eq!(
+        &bytes[name_at..name_at + evil.len()],
+        b"iteragpu-lab-v1/README.md"
+    );
+    bytes[name_at..name_at + evil.len()].copy_from_slice(evil);
+    let bad = dir.path().join("local-name.zip");
+    std::fs::write(&bad, &bytes).unwrap();
+    fails_with(
+        &bad,
+        &[
+            "complete: no",
+            "zip structure: the local header of iteragpu-lab-v1/README.md names it ../../../../../tmp/EVL.md",
+            "valid: yes",
+        ],
+    );
+}
+
+/// Issue 11, item 12: bytes before, between or after the entries, where another tool could find
+/// members this one does not see, are refused.
+#[test]
+fn data_before_between_or_after_the_entries_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = std::fs::read(kit(dir.path())).unwrap();
+    let entries = offsets(&good);
+    let eocd = end_record(&good);
+    let cd = u32::from_le_bytes(good[eocd + 16..eocd + 20].try_into().unwrap()) as usize;
+    let junk = b"PK\x03\x04 a member only a local-header reader would find";
+    let second = entries[1].1 as usize;
+    let cases = [
+        (
+            "before.zip",
+            insert(&good, 0, junk),
+            format!("{} bytes of data lie before the first entry", junk.len()),
+        ),
+        (
+            "between.zip",
+            insert(&good, second, junk),
+            format!("{} bytes of data lie before {}", junk.len(), entries[1].0),
+        ),
+        (
+            "before-cd.zip",
+            insert(&good, cd, junk),
+            format!(
+                "{} bytes of data lie between the last entry and the central directory",
+                junk.len()
+            ),
+        ),
+        (
+            "after.zip",
+            [good.as_slice(), junk].concat(),
+            format!("{} bytes follow the end of the archive", junk.len()),
+        ),
+    ];
+    for (name, bytes, message) in cases {
+        // The zip library itself still reads every member.
+        assert!(zip::ZipArchive::new(std::io::Cursor::new(&bytes)).is_ok() || name == "after.zip");
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        fails_with(
+            &path,
+            &["complete: no", &format!("zip structure: {message}")],
+        );
+    }
+}
+
+/// Issue 11, item 12: names that are one name on a case-insensitive or normalising filesystem.
+#[test]
+fn names_that_collide_after_case_folding_or_normalisation_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = kit(dir.path());
+    let mut m = members(&good);
+    m.push((format!("{TOP}/readme.md"), b"another readme\n".to_vec()));
+    m.push((format!("{TOP}/caf\u{e9}.txt"), b"composed\n".to_vec()));
+    m.push((format!("{TOP}/cafe\u{301}.txt"), b"decomposed\n".to_vec()));
+    let bad = dir.path().join("collide.zip");
+    write_zip(&bad, &m);
+    fails_with(
+        &bad,
+        &[
+            "name collision: readme.md and README.md",
+            "name collision: caf\u{e9}.txt and cafe\u{301}.txt",
+        ],
+    );
+    // An extracted folder on a case-sensitive filesystem: the same rule.
+    let mut archive = zip::ZipArchive::new(std::fs::File::open(&good).unwrap()).unwrap();
+    archive.extract(dir.path().join("x")).unwrap();
+    std::fs::write(dir.path().join("x").join(TOP).join("LICENSE.md"), b"x").unwrap();
+    std::fs::write(dir.path().join("x").join(TOP).join("license.MD"), b"y").unwrap();
+    fails_with(
+        &dir.path().join("x"),
+        &["name collision: license.MD and LICENSE.md"],
+    );
+}

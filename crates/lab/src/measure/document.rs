@@ -11,6 +11,14 @@ use crate::workspaces::MemoryPolicy;
 /// Schema identifier of measurement documents; bumped on any incompatible change.
 pub const MEASUREMENT_SCHEMA: &str = "iteragpu.measurement/1";
 
+/// The largest measurement document any command reads (`record`, `report`, `sweep`): a real one
+/// is a few KiB plus about 1 KiB per timed pass, so this leaves room for thousands of repeats
+/// while a hostile or corrupt file is refused before it fills memory.
+pub const MEASUREMENT_LIMIT: u64 = 16 << 20;
+
+/// How [`MEASUREMENT_LIMIT`] names the file it refuses.
+pub const MEASUREMENT_KIND: &str = "a measurement document";
+
 /// One measurement run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeasurementDocument {
