@@ -49,6 +49,10 @@ pub enum Command {
     /// GPU against the datasheet, bounded in time, into one JSON document that must not exist
     /// yet.
     Probe(crate::cmd::probe::Args),
+    /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
+    Completions(crate::cmd::completions::Args),
+    /// Print the manual page (roff) of iteragpu or of one of its commands.
+    Man(crate::cmd::man::Args),
 }
 
 #[cfg(test)]

@@ -7,9 +7,10 @@ use std::path::Path;
 use zip::write::SimpleFileOptions;
 use zip::{CompressionMethod, DateTime, ZipWriter};
 
+use crate::binary::Binary;
 use crate::error::KitError;
 use crate::manifest::{MANIFEST_NAME, Manifest, ManifestTool, SHA256SUMS_NAME, sha256sums};
-use crate::members::{BINARY_PATH, MEMBERS, ROOT};
+use crate::members::{MEMBERS, ROOT};
 
 /// Permissions of regular members.
 const FILE_MODE: u32 = 0o644;
@@ -23,8 +24,8 @@ const LEVEL: i64 = 6;
 pub struct KitOptions {
     /// The tool recorded in the manifest.
     pub tool: ManifestTool,
-    /// The executable to ship as `bin/iteragpu`, if any.
-    pub binary: Option<Vec<u8>>,
+    /// The executables to ship, each as `bin/<target>/iteragpu`; at most one per target.
+    pub binaries: Vec<Binary>,
 }
 
 /// A built kit, in memory.
@@ -47,8 +48,14 @@ pub fn build(options: &KitOptions) -> Result<Kit, KitError> {
         .iter()
         .map(|m| (m.path.to_string(), m.bytes, FILE_MODE))
         .collect();
-    if let Some(binary) = &options.binary {
-        content.push((BINARY_PATH.to_string(), binary.as_slice(), EXEC_MODE));
+    for (i, binary) in options.binaries.iter().enumerate() {
+        if options.binaries[..i]
+            .iter()
+            .any(|b| b.target == binary.target)
+        {
+            return Err(KitError::DuplicateTarget(binary.target.clone()));
+        }
+        content.push((binary.path(), binary.bytes.as_slice(), EXEC_MODE));
     }
     let hashed: Vec<(String, &[u8])> = content.iter().map(|(p, b, _)| (p.clone(), *b)).collect();
     let sums = sha256sums(&hashed);
@@ -123,29 +130,38 @@ mod tests {
     use super::*;
     use std::io::Read;
 
-    fn options(binary: Option<Vec<u8>>) -> KitOptions {
+    fn options(binaries: Vec<Binary>) -> KitOptions {
         KitOptions {
             tool: ManifestTool {
                 commit: None,
                 name: "iteragpu".into(),
                 version: "0.1.0".into(),
             },
-            binary,
+            binaries,
         }
+    }
+
+    fn arm(payload: &[u8]) -> Binary {
+        let elf = crate::binary::test_elf(183, Some("/lib/ld-linux-aarch64.so.1"), payload);
+        Binary::new("arm", elf).unwrap()
     }
 
     #[test]
     fn same_inputs_same_bytes() {
-        let a = build(&options(None)).unwrap();
-        let b = build(&options(None)).unwrap();
+        let a = build(&options(vec![])).unwrap();
+        let b = build(&options(vec![])).unwrap();
         assert_eq!(a.bytes, b.bytes);
-        let c = build(&options(Some(b"#!/bin/sh\n".to_vec()))).unwrap();
+        let c = build(&options(vec![arm(b"one")])).unwrap();
         assert_ne!(a.bytes, c.bytes);
+        let err = build(&options(vec![arm(b"one"), arm(b"two")])).unwrap_err();
+        assert!(matches!(err, KitError::DuplicateTarget(_)), "{err}");
     }
 
     #[test]
     fn entries_are_sorted_dated_and_permissioned() {
-        let kit = build(&options(Some(b"binary".to_vec()))).unwrap();
+        let shipped = arm(b"binary");
+        let kit = build(&options(vec![shipped.clone()])).unwrap();
+        let binary = "iteragpu-lab-v1/bin/aarch64-unknown-linux-gnu/iteragpu";
         let mut zip = zip::ZipArchive::new(Cursor::new(kit.bytes)).unwrap();
         let mut names = Vec::new();
         for i in 0..zip.len() {
@@ -155,15 +171,15 @@ mod tests {
             let dt = f.last_modified().unwrap();
             assert_eq!((dt.year(), dt.month(), dt.day()), (1980, 1, 1));
             let mode = f.unix_mode().unwrap() & 0o7777;
-            if f.is_dir() || name.ends_with("/bin/iteragpu") {
+            if f.is_dir() || name == binary {
                 assert_eq!(mode, 0o755, "{name}");
             } else {
                 assert_eq!(mode, 0o644, "{name}");
             }
-            if name.ends_with("/bin/iteragpu") {
-                let mut s = String::new();
-                f.read_to_string(&mut s).unwrap();
-                assert_eq!(s, "binary");
+            if name == binary {
+                let mut bytes = Vec::new();
+                f.read_to_end(&mut bytes).unwrap();
+                assert_eq!(bytes, shipped.bytes);
             }
             names.push(name);
         }
@@ -173,6 +189,7 @@ mod tests {
         assert!(names.contains(&"iteragpu-lab-v1/MANIFEST.json".to_string()));
         assert!(names.contains(&"iteragpu-lab-v1/SHA256SUMS".to_string()));
         assert!(names.contains(&"iteragpu-lab-v1/bin/".to_string()));
+        assert!(names.contains(&"iteragpu-lab-v1/bin/aarch64-unknown-linux-gnu/".to_string()));
     }
 
     #[test]

@@ -17,6 +17,28 @@ pub enum KitError {
     /// The manifest's own size did not settle (it always does in two or three rounds).
     #[error("the manifest's size did not converge after {0} rounds")]
     ManifestSize(usize),
+    /// A file given to ship as a binary is not a Linux executable the kit knows.
+    #[error("{name} is not a binary the kit can ship: {why}")]
+    NotABinary {
+        /// The file as the user named it.
+        name: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A binary still holds an absolute path of the machine that built it.
+    #[error(
+        "{name} holds the path {path} of the machine that built it; ship a binary built by \
+         scripts/release.sh, which removes such paths with --remap-path-prefix"
+    )]
+    BuilderPath {
+        /// The file as the user named it.
+        name: String,
+        /// The first builder path found in it.
+        path: String,
+    },
+    /// Two binaries for the same machine.
+    #[error("two binaries for {0}: give one binary per target")]
+    DuplicateTarget(String),
     /// The manifest could not be serialised.
     #[error("cannot serialise MANIFEST.json")]
     Json(#[from] serde_json::Error),

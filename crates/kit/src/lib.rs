@@ -17,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod archive;
+pub mod binary;
 pub mod error;
 pub mod hash;
 pub mod manifest;
@@ -25,7 +26,8 @@ pub mod structure;
 pub mod verify;
 
 pub use archive::{Kit, KitOptions, build, write_new};
+pub use binary::Binary;
 pub use error::KitError;
 pub use manifest::{MANIFEST_NAME, Manifest, ManifestEntry, ManifestTool, SHA256SUMS_NAME};
-pub use members::{BINARY_PATH, MEMBERS, Member, ROOT};
+pub use members::{BINARY_FOLDER, MEMBERS, Member, ROOT};
 pub use verify::{Failure, Finding, Report, Source, VerifyError, verify};

@@ -7,8 +7,8 @@
 /// The single top folder of the archive.
 pub const ROOT: &str = "iteragpu-lab-v1";
 
-/// Where `--with-binary` puts the running executable, inside [`ROOT`].
-pub const BINARY_PATH: &str = "bin/iteragpu";
+/// Where binaries go inside [`ROOT`]: `bin/<target>/iteragpu`, one per target.
+pub const BINARY_FOLDER: &str = "bin";
 
 /// One embedded member.
 #[derive(Debug, Clone, Copy)]
@@ -19,22 +19,28 @@ pub struct Member {
     pub bytes: &'static [u8],
 }
 
-/// A repository file, embedded, under the same path in the kit.
+/// A repository file, embedded, under the same path in the kit (or under another one).
 macro_rules! repo_file {
     ($path:literal) => {
+        repo_file!($path, $path)
+    };
+    ($kit_path:literal, $repo_path:literal) => {
         Member {
-            path: $path,
-            bytes: include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../", $path)),
+            path: $kit_path,
+            bytes: include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../", $repo_path)),
         }
     };
 }
 
-/// The documents and data of the kit (the manifest, `SHA256SUMS` and the optional binary are
+/// The documents and data of the kit (the manifest, `SHA256SUMS` and the optional binaries are
 /// added when the archive is built). Order does not matter: the archive sorts its members.
+/// The kit has a README of its own, `README-kit.md` in the repository: the repository's README
+/// is about building and developing the tool, the kit's about using it where it lands.
 pub const MEMBERS: &[Member] = &[
-    repo_file!("README.md"),
+    repo_file!("README.md", "README-kit.md"),
     repo_file!("LICENSE"),
     repo_file!("docs/quality-protocol.md"),
+    repo_file!("docs/catalogue.md"),
     repo_file!("data/resultats-bruts.csv"),
     repo_file!("data/tarifs-forfaits.csv"),
     repo_file!("notebooks/iteragpu-lab.ipynb"),
@@ -55,7 +61,7 @@ mod tests {
                     .split('/')
                     .all(|c| !c.is_empty() && c != "." && c != "..")
             );
-            assert_ne!(m.path, BINARY_PATH);
+            assert_ne!(m.path.split('/').next(), Some(BINARY_FOLDER));
         }
     }
 

@@ -818,7 +818,7 @@ mod tests {
                 name: "iteragpu".into(),
                 version: "0".into(),
             },
-            binary: None,
+            binaries: Vec::new(),
         })
         .unwrap();
         let dir = tempfile::tempdir().unwrap();

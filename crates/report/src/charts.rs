@@ -97,38 +97,86 @@ fn svg(
     Ok(out)
 }
 
-/// Axes shared by every run's phase charts, so runs side by side compare directly.
-#[derive(Debug, Clone, Copy)]
+/// Runs whose peak memory is within this factor of each other share a memory scale; a run
+/// further from the others gets its own, so a small run's bars never sit flat at zero under a
+/// large run's scale.
+pub(crate) const SHARED_SCALE_FACTOR: f64 = 10.0;
+
+/// The axes of one run's phase charts: the time axis (logarithmic, so runs of any speed share
+/// it), and a memory axis shared with the runs of comparable size.
+#[derive(Debug, Clone)]
 pub(crate) struct PhaseAxes {
-    /// Log-scale time range in milliseconds.
+    /// Log-scale time range in milliseconds, the same for every run.
     pub time_ms: (f64, f64),
     /// Unit of the memory axis.
     pub memory: Unit,
     /// Top of the memory axis, in bytes.
     pub memory_max: f64,
+    /// The other runs (by index) drawn on this memory scale.
+    pub memory_shared_with: Vec<usize>,
+}
+
+/// The highest allocated or reserved byte count of a run, over all its phases.
+fn memory_peak(run: &Run) -> f64 {
+    run.doc
+        .phases
+        .iter()
+        .map(|p| {
+            p.memory
+                .peak_reserved_bytes
+                .max(p.memory.peak_allocated_bytes) as f64
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Groups of comparable values: sorted, a value joins the current group while it is within
+/// [`SHARED_SCALE_FACTOR`] of the group's smallest. Returns each value's group number.
+pub(crate) fn scale_groups(values: &[f64]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let mut group = vec![0; values.len()];
+    let mut current = 0;
+    let mut floor: Option<f64> = None;
+    for i in order {
+        let v = values[i].max(1.0);
+        match floor {
+            Some(f) if v <= f * SHARED_SCALE_FACTOR => {}
+            Some(_) => {
+                current += 1;
+                floor = Some(v);
+            }
+            None => floor = Some(v),
+        }
+        group[i] = current;
+    }
+    group
 }
 
 impl PhaseAxes {
-    pub(crate) fn of(runs: &[&Run]) -> PhaseAxes {
+    /// The axes of every run, in the order of `runs`.
+    pub(crate) fn of(runs: &[&Run]) -> Vec<PhaseAxes> {
         let times = runs.iter().flat_map(|r| {
             r.doc.phases.iter().flat_map(|p| {
                 std::iter::once(p.wall_seconds * 1e3).chain(p.device_seconds.map(|d| d * 1e3))
             })
         });
-        let memory_max = runs
-            .iter()
-            .flat_map(|r| r.doc.phases.iter())
-            .map(|p| {
-                p.memory
-                    .peak_reserved_bytes
-                    .max(p.memory.peak_allocated_bytes) as f64
+        let time_ms = log_range(times, 3.0);
+        let peaks: Vec<f64> = runs.iter().map(|r| memory_peak(r)).collect();
+        let groups = scale_groups(&peaks);
+        (0..runs.len())
+            .map(|i| {
+                let members: Vec<usize> = (0..runs.len())
+                    .filter(|&j| groups[j] == groups[i])
+                    .collect();
+                let memory_max = members.iter().map(|&j| peaks[j]).fold(0.0, f64::max);
+                PhaseAxes {
+                    time_ms,
+                    memory: bytes_unit(memory_max),
+                    memory_max: memory_max.max(1.0),
+                    memory_shared_with: members.into_iter().filter(|&j| j != i).collect(),
+                }
             })
-            .fold(0.0, f64::max);
-        PhaseAxes {
-            time_ms: log_range(times, 3.0),
-            memory: bytes_unit(memory_max),
-            memory_max: memory_max.max(1.0),
-        }
+            .collect()
     }
 }
 
@@ -158,8 +206,18 @@ fn phase_label(row: &PhaseRow) -> String {
     }
 }
 
+/// Chart width for `categories` bars: 80 px each, at least 600 and at most 1200 (the page
+/// scales charts down to its width; past 1200 px bars would be too thin to read anyway).
 fn width_for(categories: usize) -> u32 {
-    (80 * categories as u32).max(600)
+    (80 * categories as u32).clamp(600, 1200)
+}
+
+/// The phase-axis keys: a label under every bar while they fit (about 70 px each), else under
+/// every k-th bar, always the first.
+fn phase_keys(n: usize, width: u32) -> Vec<f64> {
+    let fit = (width as usize / 70).max(1);
+    let stride = n.div_ceil(fit).max(1);
+    (0..n).step_by(stride).map(|i| i as f64 + 0.5).collect()
 }
 
 /// Wall-clock vs device time of every phase row, bars on a log axis.
@@ -169,9 +227,10 @@ pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportEr
     let labels: Vec<String> = rows.iter().map(phase_label).collect();
     let has_device = rows.iter().any(|r| r.device_seconds.is_some());
     let title = "Time per phase: wall clock vs device";
-    svg(title, (width_for(n), 360), |root| {
+    let width = width_for(n);
+    svg(title, (width, 360), |root| {
         let (lo, hi) = axes.time_ms;
-        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let keys = phase_keys(n, width);
         let mut chart = ChartBuilder::on(root)
             .caption(title, (FONT, 22))
             .margin(12)
@@ -239,9 +298,10 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
     let labels: Vec<String> = rows.iter().map(phase_label).collect();
     let unit = axes.memory;
     let title = "Memory per phase: allocated and reserved";
-    svg(title, (width_for(n), 400), |root| {
+    let width = width_for(n);
+    svg(title, (width, 400), |root| {
         let top = axes.memory_max / unit.scale * 1.75;
-        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let keys = phase_keys(n, width);
         let mut chart = ChartBuilder::on(root)
             .caption(title, (FONT, 22))
             .margin(12)
@@ -252,7 +312,7 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
             .configure_mesh()
             .disable_x_mesh()
             .x_desc("phase")
-            .y_desc(format!("bytes ({})", unit.name))
+            .y_desc(format!("bytes ({}, linear)", unit.name))
             .x_label_formatter(&|v| {
                 labels
                     .get(v.floor().max(0.0) as usize)
@@ -479,4 +539,30 @@ pub(crate) fn probe_bars(
             .draw()?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_within_ten_times_share_a_scale_others_get_their_own() {
+        // 2 MiB and 3 MiB compare; 95 MiB is 47 times 2 MiB: its own scale.
+        let mib = 1024.0 * 1024.0;
+        assert_eq!(scale_groups(&[2.0 * mib, 95.0 * mib, 3.0 * mib]), [0, 1, 0]);
+        assert_eq!(scale_groups(&[5.0, 50.0, 500.0]), [0, 0, 1]);
+        assert_eq!(scale_groups(&[7.0]), [0]);
+        assert!(scale_groups(&[]).is_empty());
+        // Zero (a run with no allocation) groups as one byte, never divides by zero.
+        assert_eq!(scale_groups(&[0.0, 5.0, 100.0]), [0, 0, 1]);
+    }
+
+    #[test]
+    fn phase_labels_thin_out_when_bars_are_many() {
+        assert_eq!(phase_keys(3, 600).len(), 3);
+        let many = phase_keys(60, width_for(60));
+        assert_eq!(width_for(60), 1200);
+        assert!(many.len() <= 1200 / 70, "{}", many.len());
+        assert_eq!(many[0], 0.5);
+    }
 }

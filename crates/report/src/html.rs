@@ -48,11 +48,12 @@ const STYLE: &str = "
 .iteragpu-report h2 { font-size: 1.3em; border-bottom: 1px solid #ccc; padding-bottom: 4px; margin-top: 28px; }
 .iteragpu-report h3 { font-size: 1.05em; margin: 0 0 6px; word-break: break-all; }
 .iteragpu-report .meta, .iteragpu-report .note { color: #555; font-size: 0.9em; }
-.iteragpu-report .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(620px, 1fr)); gap: 16px; }
-.iteragpu-report .card { border: 1px solid #ddd; border-radius: 6px; padding: 12px; overflow-x: auto; }
-.iteragpu-report figure { margin: 8px 0; overflow-x: auto; }
-.iteragpu-report figure svg { display: block; max-width: none; }
-.iteragpu-report table { border-collapse: collapse; font-size: 0.85em; margin: 8px 0; }
+.iteragpu-report .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr)); gap: 16px; }
+.iteragpu-report .grid > * { min-width: 0; }
+.iteragpu-report .card { border: 1px solid #ddd; border-radius: 6px; padding: 12px; min-width: 0; }
+.iteragpu-report figure { margin: 8px 0; }
+.iteragpu-report figure svg { display: block; max-width: 100%; height: auto; }
+.iteragpu-report table { border-collapse: collapse; font-size: 0.85em; margin: 8px 0; display: block; max-width: 100%; overflow-x: auto; }
 .iteragpu-report th, .iteragpu-report td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
 .iteragpu-report td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .iteragpu-report th { background: #f4f4f4; }
@@ -87,11 +88,22 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         body.push_str("</section>\n");
     }
     if !inputs.runs.is_empty() {
-        body.push_str("<section id=\"runs\">\n<h2>Runs</h2>\n<p class=\"note\">Runs side by side share their axes: the same time range and the same memory scale.</p>\n<div class=\"grid\">\n");
+        let _ = write!(
+            body,
+            "<section id=\"runs\">\n<h2>Runs</h2>\n<p class=\"note\">Every run shares one time axis \
+             (log scale). Runs whose peak memory is within {}x of each other share a memory scale; \
+             a run further from the others has its own, as its chart's note says.</p>\n<div class=\"grid\">\n",
+            charts::SHARED_SCALE_FACTOR
+        );
         let all: Vec<&Run> = inputs.runs.iter().collect();
         let axes = PhaseAxes::of(&all);
-        for run in &inputs.runs {
-            run_card(&mut body, run, &axes)?;
+        for (run, axes) in inputs.runs.iter().zip(&axes) {
+            let shared: Vec<&str> = axes
+                .memory_shared_with
+                .iter()
+                .map(|&j| inputs.runs[j].label.as_str())
+                .collect();
+            run_card(&mut body, run, axes, &shared)?;
         }
         body.push_str("</div>\n</section>\n");
     }
@@ -134,7 +146,12 @@ fn device_name(doc: &MeasurementDocument) -> String {
     }
 }
 
-fn run_card(out: &mut String, run: &Run, axes: &PhaseAxes) -> Result<(), ReportError> {
+fn run_card(
+    out: &mut String,
+    run: &Run,
+    axes: &PhaseAxes,
+    shared_with: &[&str],
+) -> Result<(), ReportError> {
     let doc = &run.doc;
     let c = &doc.configuration;
     let _ = writeln!(
@@ -206,10 +223,24 @@ fn run_card(out: &mut String, run: &Run, axes: &PhaseAxes) -> Result<(), ReportE
         time_caption,
         &charts::phase_time(run, axes)?,
     );
+    let scale = if shared_with.is_empty() {
+        if axes.memory_max > 1.0 {
+            "This run's own memory scale: its peak is more than 10x apart from the other runs' \
+             (or it is the only run)."
+                .to_string()
+        } else {
+            "This run's own memory scale.".to_string()
+        }
+    } else {
+        format!("Same memory scale as {}.", shared_with.join(", "))
+    };
     figure(
         out,
         "phase-memory",
-        "Allocator counters per phase: baseline (after the opening synchronize), end, and peak.",
+        &format!(
+            "Allocator counters per phase: baseline (after the opening synchronize), end, and \
+             peak. {scale}"
+        ),
         &charts::phase_memory(run, axes)?,
     );
     out.push_str("</article>\n");

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kit::{KitError, KitOptions, ManifestTool};
+use kit::{Binary, KitError, KitOptions, ManifestTool};
 use serde::Serialize;
 
 use crate::{exit, output};
@@ -14,20 +14,30 @@ use crate::{exit, output};
 #[command(after_help = "\
 Examples:
   iteragpu kit --output iteragpu-lab-v1.zip
-  iteragpu kit --output iteragpu-lab-v1.zip --with-binary
+  iteragpu kit --output iteragpu-lab-v1.zip \\
+      --binary dist/x86_64-unknown-linux-gnu/iteragpu --binary dist/aarch64-unknown-linux-gnu/iteragpu
   iteragpu verify iteragpu-lab-v1.zip
 
-The same build always writes the same bytes: members sorted, dated 1980-01-01, 0644 (0755 for
-folders and the binary). Inside the extracted folder, `sha256sum -c --strict SHA256SUMS` checks
+A binary goes to bin/<target>/iteragpu, its target read from its ELF header
+(x86_64-unknown-linux-gnu, aarch64-unknown-linux-gnu, ...); scripts/release.sh builds both
+portable ones (glibc 2.28 and newer). A binary that still holds the builder's paths (the cargo
+registry under a home folder, a build folder), as a plain `cargo build` leaves them, is refused.
+
+The same inputs always write the same bytes: members sorted, dated 1980-01-01, 0644 (0755 for
+folders and binaries). Inside the extracted folder, `sha256sum -c --strict SHA256SUMS` checks
 the members without this tool.")]
 pub struct Args {
     /// The zip to write; it must not exist yet.
     #[arg(long, short)]
     pub output: PathBuf,
 
-    /// Also ship this executable as `bin/iteragpu`.
+    /// Also ship this executable (the running `iteragpu`) under bin/<its target>/.
     #[arg(long)]
     pub with_binary: bool,
+
+    /// Also ship this iteragpu executable under bin/<its target>/; repeat it for each target.
+    #[arg(long, value_name = "PATH")]
+    pub binary: Vec<PathBuf>,
 
     /// Print one JSON document instead of text.
     #[arg(long)]
@@ -46,21 +56,38 @@ struct KitReport<'a> {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // An existing, unwritable or over-long --output is refused before anything is built.
     lab::files::check_new(&args.output).map_err(|e| exit::usage(e.to_string()))?;
-    let binary = if args.with_binary {
+    let mut sources: Vec<(String, PathBuf)> = Vec::new();
+    if args.with_binary {
         let exe = std::env::current_exe().context("cannot locate the running executable")?;
-        Some(std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?)
-    } else {
-        None
-    };
+        sources.push(("the running iteragpu".to_string(), exe));
+    }
+    for path in &args.binary {
+        if !path.is_file() {
+            return Err(exit::usage(format!(
+                "--binary {}: no such file; give the path of an iteragpu executable",
+                path.display()
+            )));
+        }
+        sources.push((format!("--binary {}", path.display()), path.clone()));
+    }
+    let mut binaries = Vec::new();
+    for (name, path) in sources {
+        let bytes =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        binaries.push(Binary::new(&name, bytes).map_err(|e| exit::usage(e.to_string()))?);
+    }
     let options = KitOptions {
         tool: ManifestTool {
             commit: option_env!("ITERAGPU_COMMIT").map(str::to_string),
             name: "iteragpu".to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
-        binary,
+        binaries,
     };
-    let built = kit::build(&options)?;
+    let built = kit::build(&options).map_err(|e| match e {
+        KitError::DuplicateTarget(_) => exit::usage(e.to_string()),
+        other => other.into(),
+    })?;
     let written = kit::write_new(&args.output, &built.bytes).map_err(|e| match e {
         KitError::OutputExists(_) => exit::usage(e.to_string()),
         other => other.into(),

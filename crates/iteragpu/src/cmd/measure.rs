@@ -511,12 +511,16 @@ fn finish(args: &Args, output: &Path, doc: &MeasurementDocument) -> anyhow::Resu
         output::print_text(&crate::summary::measurement(doc, output))?;
     }
     if let Some(err) = &doc.error {
-        output::eprint_line(&format!(
-            "iteragpu: error: the run is incomplete: {} ({} kept in {})",
-            err.message,
-            plural(doc.phases.len(), "finished phase row"),
-            output.display()
-        ));
+        // One line on stderr, or the JSON error object under --json; the exit code follows.
+        let _ = crate::exit::fail(
+            &format!(
+                "the run is incomplete: {} ({} kept in {})",
+                err.message,
+                plural(doc.phases.len(), "finished phase row"),
+                output.display()
+            ),
+            1,
+        );
     }
     // Everything said before any teardown runs.
     let _ = std::io::stdout().flush();

@@ -1,10 +1,12 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
+pub mod completions;
 pub mod cost;
 pub mod environment;
 pub mod estimate;
 pub mod fit;
 pub mod kit;
+pub mod man;
 pub mod measure;
 pub mod price;
 pub mod probe;
@@ -34,5 +36,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(args) => sweep::run(args),
         Command::Report(args) => report::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }

@@ -252,10 +252,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "{note}; {} keeps the summary",
             summary_path.display()
         ))),
-        _ => {
-            output::eprint_line(&format!("iteragpu: error: {note}"));
-            Ok(ExitCode::from(1))
-        }
+        _ => Ok(crate::exit::fail(&note, 1)),
     }
 }
 

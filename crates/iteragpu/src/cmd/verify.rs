@@ -39,12 +39,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         let n = report.failures.len();
-        output::eprint_line(&format!(
-            "iteragpu: error: {} failed verification ({n} failure{})",
-            report.path,
-            if n == 1 { "" } else { "s" }
-        ));
-        Ok(ExitCode::from(1))
+        Ok(crate::exit::fail(
+            &format!(
+                "{} failed verification ({n} failure{})",
+                report.path,
+                if n == 1 { "" } else { "s" }
+            ),
+            1,
+        ))
     }
 }
 

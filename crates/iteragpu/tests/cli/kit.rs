@@ -163,23 +163,264 @@ fn python_zipfile_and_sha256sum_accept_the_kit() {
         .stdout(predicate::str::contains("valid: yes"));
 }
 
-#[test]
-fn with_binary_ships_this_executable_as_0755() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = make_kit(dir.path(), "a.zip", &["--with-binary"]);
-    let b = make_kit(dir.path(), "b.zip", &["--with-binary"]);
-    assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
-
-    let exe = assert_cmd::cargo::cargo_bin("iteragpu");
-    let mut zip = zip::ZipArchive::new(std::fs::File::open(&a).unwrap()).unwrap();
-    let mut member = zip.by_name("iteragpu-lab-v1/bin/iteragpu").unwrap();
-    assert_eq!(member.unix_mode().unwrap() & 0o7777, 0o755);
-    let mut shipped = Vec::new();
-    member.read_to_end(&mut shipped).unwrap();
+/// Extracts a zip into `dir` with Python's zipfile, a reader that is not ours.
+pub fn extract(zip: &Path, dir: &Path) {
+    let py = Process::new("python3")
+        .arg("-c")
+        .arg("import sys, zipfile\nzipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])\n")
+        .arg(zip)
+        .arg(dir)
+        .output()
+        .expect("python3 must be installed for this test");
     assert!(
-        shipped == std::fs::read(exe).unwrap(),
-        "the shipped binary differs"
+        py.status.success(),
+        "{}",
+        String::from_utf8_lossy(&py.stderr)
     );
+    // zipfile does not restore permissions: the binaries must be executable.
+    let bin = dir.join("iteragpu-lab-v1/bin");
+    if bin.is_dir() {
+        use std::os::unix::fs::PermissionsExt;
+        for target in std::fs::read_dir(&bin).unwrap() {
+            let exe = target.unwrap().path().join("iteragpu");
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+    }
+}
 
-    iteragpu().arg("verify").arg(&a).assert().success();
+const GNU_X86: &str = "/lib64/ld-linux-x86-64.so.2";
+const GNU_ARM: &str = "/lib/ld-linux-aarch64.so.1";
+
+/// This test build was made by a plain cargo build: it holds the builder's paths, and the kit
+/// refuses to ship it (scripts/release.sh builds binaries without them).
+#[test]
+fn with_binary_refuses_a_binary_that_holds_the_builders_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("k.zip");
+    let exe = std::fs::read(assert_cmd::cargo::cargo_bin("iteragpu")).unwrap();
+    let found = kit::binary::builder_paths(&exe);
+    assert!(
+        !found.is_empty(),
+        "a test build carries the registry's paths"
+    );
+    iteragpu()
+        .arg("kit")
+        .arg("--output")
+        .arg(&out)
+        .arg("--with-binary")
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains(
+            "the running iteragpu holds the path /",
+        ))
+        .stderr(predicate::str::contains("of the machine that built it"))
+        .stderr(predicate::str::contains("scripts/release.sh"));
+    assert!(!out.exists());
+}
+
+/// `--binary` places each executable under bin/<target>/ from its ELF header, 0755, and the
+/// kit verifies; a second binary for one target, a file that is not an ELF executable, and one
+/// with a builder's path are refused.
+#[test]
+fn binaries_go_under_bin_by_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let x86 = dir.path().join("x86");
+    let arm = dir.path().join("arm");
+    std::fs::write(
+        &x86,
+        kit::binary::test_elf(62, Some(GNU_X86), b"x86 program"),
+    )
+    .unwrap();
+    std::fs::write(
+        &arm,
+        kit::binary::test_elf(183, Some(GNU_ARM), b"arm program"),
+    )
+    .unwrap();
+    let out = dir.path().join("k.zip");
+    let printed = iteragpu()
+        .arg("kit")
+        .arg("--output")
+        .arg(&out)
+        .arg("--binary")
+        .arg(&x86)
+        .arg("--binary")
+        .arg(&arm)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let printed = String::from_utf8(printed).unwrap();
+    for target in ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"] {
+        assert!(
+            printed.contains(&format!("bin/{target}/iteragpu")),
+            "{printed}"
+        );
+    }
+    let mut zip = zip::ZipArchive::new(std::fs::File::open(&out).unwrap()).unwrap();
+    for (target, source) in [("x86_64", &x86), ("aarch64", &arm)] {
+        let mut member = zip
+            .by_name(&format!(
+                "iteragpu-lab-v1/bin/{target}-unknown-linux-gnu/iteragpu"
+            ))
+            .unwrap();
+        assert_eq!(member.unix_mode().unwrap() & 0o7777, 0o755);
+        let mut shipped = Vec::new();
+        member.read_to_end(&mut shipped).unwrap();
+        assert_eq!(shipped, std::fs::read(source).unwrap());
+    }
+    drop(zip);
+    iteragpu().arg("verify").arg(&out).assert().success();
+
+    let refused = |args: &[&Path], says: &str| {
+        let out = dir.path().join("refused.zip");
+        let mut cmd = iteragpu();
+        cmd.arg("kit").arg("--output").arg(&out);
+        for a in args {
+            cmd.arg("--binary").arg(a);
+        }
+        cmd.assert().code(2).stderr(predicate::str::contains(says));
+        assert!(!out.exists());
+    };
+    refused(&[&x86, &x86], "two binaries for x86_64-unknown-linux-gnu");
+    let script = dir.path().join("script");
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    refused(
+        &[&script],
+        "is not a binary the kit can ship: it is not an ELF executable",
+    );
+    let dirty = dir.path().join("dirty");
+    let registry = [
+        "", "home", "me", ".cargo", "registry", "src", "i", "a-1", "src", "x.rs",
+    ]
+    .join("/");
+    std::fs::write(
+        &dirty,
+        kit::binary::test_elf(62, Some(GNU_X86), registry.as_bytes()),
+    )
+    .unwrap();
+    refused(
+        &[&dirty],
+        &format!("holds the path {registry} of the machine that built it"),
+    );
+    refused(&[&dir.path().join("nope")], "no such file");
+}
+
+/// Every link in the kit's Markdown (and in the notebook's Markdown cells) is relative and
+/// resolves to a member of the kit; a `#fragment` names a heading of the target.
+#[test]
+fn every_link_inside_the_kit_resolves_inside_the_kit() {
+    let dir = tempfile::tempdir().unwrap();
+    let x86 = dir.path().join("x86");
+    let arm = dir.path().join("arm");
+    std::fs::write(&x86, kit::binary::test_elf(62, Some(GNU_X86), b"")).unwrap();
+    std::fs::write(&arm, kit::binary::test_elf(183, Some(GNU_ARM), b"")).unwrap();
+    let out = dir.path().join("k.zip");
+    iteragpu()
+        .arg("kit")
+        .arg("--output")
+        .arg(&out)
+        .arg("--binary")
+        .arg(&x86)
+        .arg("--binary")
+        .arg(&arm)
+        .assert()
+        .success();
+    let land = dir.path().join("x");
+    extract(&out, &land);
+    let top = land.join("iteragpu-lab-v1");
+    let link =
+        regex::Regex::new(r"\[[^\]]*\]\(([^)\s]+)(?:\s+[^)]*)?\)|^\[[^\]]+\]:\s*(\S+)").unwrap();
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for doc in documents(&top) {
+        let rel = doc.strip_prefix(&top).unwrap().to_path_buf();
+        let text = if doc.extension().is_some_and(|e| e == "ipynb") {
+            let nb: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+            nb["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["cell_type"] == "markdown")
+                .flat_map(|c| c["source"].as_array().unwrap().iter())
+                .map(|l| l.as_str().unwrap())
+                .collect::<String>()
+        } else {
+            std::fs::read_to_string(&doc).unwrap()
+        };
+        for line in text.lines() {
+            for c in link.captures_iter(line) {
+                let target = c.get(1).or(c.get(2)).unwrap().as_str();
+                checked += 1;
+                if let Some(problem) = resolve(&top, &rel, target) {
+                    problems.push(format!("{}: ({target}) {problem}", rel.display()));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{problems:#?}");
+    assert!(
+        checked >= 5,
+        "only {checked} links found: is the kit README there?"
+    );
+}
+
+fn documents(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(documents(&path));
+        } else if path.extension().is_some_and(|e| e == "md" || e == "ipynb") {
+            out.push(path);
+        }
+    }
+    out
+}
+
+/// Why `target`, linked from `from` (relative to the kit's top), does not resolve in the kit.
+fn resolve(top: &Path, from: &Path, target: &str) -> Option<String> {
+    if target.starts_with("http://") || target.starts_with("https://") {
+        return None;
+    }
+    if target.contains("://") || target.starts_with('/') || target.starts_with("mailto:") {
+        return Some("is not a relative link inside the kit".to_string());
+    }
+    let (file, fragment) = match target.split_once('#') {
+        Some((f, frag)) => (f, Some(frag)),
+        None => (target, None),
+    };
+    let path = if file.is_empty() {
+        top.join(from)
+    } else {
+        top.join(from.parent().unwrap()).join(file)
+    };
+    let Ok(real) = path.canonicalize() else {
+        return Some("names nothing in the kit".to_string());
+    };
+    if !real.starts_with(top.canonicalize().unwrap()) {
+        return Some("leaves the kit".to_string());
+    }
+    if let Some(fragment) = fragment {
+        let text = std::fs::read_to_string(&real).unwrap_or_default();
+        let anchors: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix('#'))
+            .map(|h| {
+                h.trim_start_matches('#')
+                    .trim()
+                    .to_lowercase()
+                    .chars()
+                    .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                    .map(|c| if c == ' ' { '-' } else { c })
+                    .collect()
+            })
+            .collect();
+        if !anchors.iter().any(|a| a == fragment) {
+            return Some(format!("has no heading #{fragment}"));
+        }
+    }
+    None
 }

@@ -1,15 +1,20 @@
 //! End-to-end tests of the `iteragpu` binary: one module per command.
 
+mod completions;
 mod environment;
+mod errors;
 mod estimate;
 mod files;
 mod fit;
 mod gpu_check;
 mod kill_loop;
 mod kit;
+mod lab_sh;
 mod ledger;
+mod man;
 mod price;
 mod probe;
+mod readme;
 mod report;
 mod sweep;
 

@@ -14,7 +14,8 @@ fn iteragpu() -> Command {
     Command::cargo_bin("iteragpu").unwrap()
 }
 
-/// Real runs of the CPU reference device: a three-point sweep and two single measurements.
+/// Real runs of the CPU reference device: a three-point sweep, two small single measurements
+/// and one about thirty times larger in memory.
 fn runs(dir: &Path) {
     iteragpu()
         .current_dir(dir)
@@ -23,7 +24,11 @@ fn runs(dir: &Path) {
         .args(["--output-dir", "sweep"])
         .assert()
         .success();
-    for (file, dtype, width) in [("a.json", "float32", "32"), ("b.json", "bfloat16", "64")] {
+    for (file, dtype, width) in [
+        ("a.json", "float32", "32"),
+        ("b.json", "bfloat16", "64"),
+        ("c.json", "float32", "1024"),
+    ] {
         iteragpu()
             .current_dir(dir)
             .args([
@@ -64,7 +69,7 @@ fn the_report_is_one_self_contained_page_with_every_chart() {
     let out = iteragpu()
         .current_dir(dir.path())
         .args([
-            "report", "sweep", "a.json", "b.json", "--output", "r.html", "--json",
+            "report", "sweep", "a.json", "b.json", "c.json", "--output", "r.html", "--json",
         ])
         .assert()
         .success()
@@ -74,17 +79,21 @@ fn the_report_is_one_self_contained_page_with_every_chart() {
     let written: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(
         (&written["runs"], &written["sweeps"], &written["charts"]),
-        (&Value::from(2), &Value::from(1), &Value::from(7))
+        (&Value::from(3), &Value::from(1), &Value::from(9))
     );
     let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 7);
+    assert_eq!(html.matches("<svg").count(), 9);
+    // The two small runs share a memory scale; the large one has its own.
+    assert!(html.contains("Same memory scale as b.json."));
+    assert!(html.contains("Same memory scale as a.json."));
+    assert_eq!(html.matches("own memory scale").count(), 1);
     for title in [
         "Warm forward time against width",
         "Peak memory against width",
         "Achieved throughput against width",
         "Time per phase: wall clock vs device",
         "Memory per phase: allocated and reserved",
-        "bytes (MiB)",
+        "bytes (MiB, linear)",
         "time (ms, log scale)",
         "allocated peak",
         "Environment",
@@ -251,8 +260,11 @@ window.addEventListener('load', () => {
     if (!svg) return { kind: f.dataset.chart, svg: false };
     const box = svg.getBoundingClientRect();
     const drawn = svg.getBBox();
+    const frame = f.getBoundingClientRect();
     return {
       kind: f.dataset.chart, svg: true, width: box.width, height: box.height,
+      left: box.left, right: box.right, frame_right: frame.right,
+      scroll_overflow: f.scrollWidth - f.clientWidth,
       drawn_width: drawn.width, drawn_height: drawn.height,
       marks: svg.querySelectorAll('rect, polyline, path, circle, line').length,
       texts: [...svg.querySelectorAll('text')].filter(t => t.getComputedTextLength() > 0).map(t => t.textContent.trim()),
@@ -260,10 +272,14 @@ window.addEventListener('load', () => {
   });
   const pre = document.createElement('pre');
   pre.id = 'iteragpu-probe';
-  pre.textContent = JSON.stringify({ charts, errors: window.__errors });
+  const page = { viewport: window.innerWidth, scroll_width: document.documentElement.scrollWidth };
+  pre.textContent = JSON.stringify({ charts, page, errors: window.__errors });
   document.body.appendChild(pre);
 });
 </script>"#;
+
+/// The width of a common laptop screen: the page must fit it without a horizontal scrollbar.
+const SCREEN_WIDTH: u32 = 1280;
 
 #[test]
 fn chromium_renders_every_chart_without_a_console_error() {
@@ -282,7 +298,7 @@ fn chromium_renders_every_chart_without_a_console_error() {
     iteragpu()
         .current_dir(dir.path())
         .args([
-            "report", "sweep", "a.json", "b.json", "p.json", "--output", "r.html",
+            "report", "sweep", "a.json", "b.json", "c.json", "p.json", "--output", "r.html",
         ])
         .assert()
         .success();
@@ -305,7 +321,11 @@ fn chromium_renders_every_chart_without_a_console_error() {
     let (dom, log) = headless(
         &browser,
         profile.path(),
-        &["--dump-dom".into(), "--virtual-time-budget=5000".into()],
+        &[
+            "--dump-dom".into(),
+            "--virtual-time-budget=5000".into(),
+            format!("--window-size={SCREEN_WIDTH},2400"),
+        ],
         &page,
     );
     let start = dom
@@ -338,11 +358,35 @@ fn chromium_renders_every_chart_without_a_console_error() {
             "phase-memory",
             "phase-time",
             "phase-memory",
+            "phase-time",
+            "phase-memory",
             "probe-copies"
         ]
     );
+    // At 1280 px no chart is wider than its frame or the page: the page never scrolls sideways.
+    let page = &probe["page"];
+    assert_eq!(
+        page["viewport"].as_f64().unwrap(),
+        SCREEN_WIDTH as f64,
+        "{page}"
+    );
+    assert!(
+        page["scroll_width"].as_f64().unwrap() <= SCREEN_WIDTH as f64,
+        "the page scrolls sideways at {SCREEN_WIDTH} px: {page}"
+    );
     for c in charts {
         assert_eq!(c["svg"], true, "{c}");
+        let px = |k: &str| c[k].as_f64().unwrap();
+        assert!(px("left") >= 0.0, "a chart starts left of the page: {c}");
+        assert!(
+            px("right") <= px("frame_right") + 0.5,
+            "a chart overflows its frame: {c}"
+        );
+        assert!(
+            px("right") <= SCREEN_WIDTH as f64,
+            "a chart overflows the page: {c}"
+        );
+        assert!(px("scroll_overflow") <= 0.0, "a chart's frame scrolls: {c}");
         assert!(c["width"].as_f64().unwrap() >= 500.0, "{c}");
         assert!(c["height"].as_f64().unwrap() >= 300.0, "{c}");
         assert!(c["drawn_width"].as_f64().unwrap() >= 400.0, "{c}");
@@ -376,7 +420,7 @@ fn chromium_renders_every_chart_without_a_console_error() {
         profile.path(),
         &[
             format!("--screenshot={}", shot.display()),
-            "--window-size=1400,2400".into(),
+            format!("--window-size={SCREEN_WIDTH},2400"),
         ],
         &dir.path().join("r.html"),
     );

@@ -1,0 +1,582 @@
+//! The README's examples are real: every ```console block of README.md, and of the kit's own
+//! README run inside an extracted kit, is run against the built binary and must print what the
+//! block shows.
+//!
+//! A block is a terminal session: `$ command` lines, each followed by what it prints (stdout and
+//! stderr together, as a terminal shows them). A command may continue on the next line after a
+//! trailing `\`, or carry a here-document (`<<'EOF'` ... `EOF`). A line `...` stands for any
+//! number of lines. All the blocks of one document run in order in one `bash`, in a new folder
+//! (README.md's with a copy of the checkout's `data/`, as from a checkout's root), so files and
+//! variables carry over from block to block as in a real session. A command
+//! whose expected output has an `iteragpu: error:` line must fail; any other must succeed.
+//!
+//! Before comparing, both sides are normalised (see [`normalise`]): times, hashes, commit ids
+//! and run ids, the CPU model, and, in the output of `measure`, `sweep` and `report`, every
+//! measured figure (decimals; memory sizes are kept, they are exact) and column padding.
+//!
+//! When an example drifts because the output really changed, rewrite the blocks from this
+//! machine's output and review the diff:
+//!
+//! ```text
+//! ITERAGPU_BLESS_README=1 cargo test --release --locked --test cli readme
+//! ```
+//!
+//! The kit's README is run inside a kit built with the portable binaries of
+//! `scripts/release.sh` (`ITERAGPU_RELEASE_DIR=dist`, as `.ci/run` sets it); without them the
+//! test says it skipped, except under CI, where it must run.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use regex::Regex;
+
+/// The marker printed after every command, with its exit status.
+const MARK: &str = "@@iteragpu-readme-exit@@";
+/// Environment variable that rewrites drifted examples instead of failing.
+const BLESS: &str = "ITERAGPU_BLESS_README";
+/// Environment variable naming the folder of `scripts/release.sh`'s binaries.
+const RELEASE_DIR: &str = "ITERAGPU_RELEASE_DIR";
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// One `$ command` and what the README says it prints.
+#[derive(Debug, Clone)]
+struct Example {
+    /// 1-based line of the `$` in the document.
+    line: usize,
+    command: String,
+    /// 0-based range of the expected output's lines in the document.
+    output: std::ops::Range<usize>,
+    expected: Vec<String>,
+}
+
+/// The examples of every ```console block, in order.
+fn examples(text: &str) -> Vec<Example> {
+    let lines: Vec<&str> = text.lines().collect();
+    let heredoc = Regex::new(r#"<<-?\s*['"]?([A-Za-z_]+)['"]?"#).unwrap();
+    let mut out: Vec<Example> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        if lines[i].trim() != "```console" {
+            i += 1;
+            continue;
+        }
+        i += 1;
+        let mut current: Option<Example> = None;
+        while i < lines.len() && lines[i].trim() != "```" {
+            let line = lines[i];
+            if let Some(first) = line.strip_prefix("$ ") {
+                if let Some(done) = current.take() {
+                    out.push(done);
+                }
+                let start = i;
+                let mut command = first.to_string();
+                while command.ends_with('\\') && i + 1 < lines.len() {
+                    i += 1;
+                    command.push('\n');
+                    command.push_str(lines[i]);
+                }
+                if let Some(word) = heredoc.captures(&command).map(|c| c[1].to_string()) {
+                    while i + 1 < lines.len() {
+                        i += 1;
+                        command.push('\n');
+                        command.push_str(lines[i]);
+                        if lines[i].trim() == word {
+                            break;
+                        }
+                    }
+                }
+                current = Some(Example {
+                    line: start + 1,
+                    command,
+                    output: i + 1..i + 1,
+                    expected: Vec::new(),
+                });
+            } else {
+                let example = current.as_mut().unwrap_or_else(|| {
+                    panic!("line {}: a console block must start with `$ `", i + 1)
+                });
+                example.expected.push(line.to_string());
+                example.output.end = i + 1;
+            }
+            i += 1;
+        }
+        if let Some(done) = current.take() {
+            out.push(done);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// What a command printed and how it ended.
+#[derive(Debug)]
+struct Ran {
+    output: Vec<String>,
+    status: i32,
+}
+
+/// Runs the examples in order in one bash, in `dir`, with `path` as PATH.
+fn run(examples: &[Example], dir: &Path, path: &str) -> Vec<Ran> {
+    let mut script = String::from("exec 2>&1\n");
+    for e in examples {
+        script.push_str(&e.command);
+        script.push_str(&format!("\nprintf '\\n{MARK} %d\\n' \"$?\"\n"));
+    }
+    // The script lives outside `dir`, which must hold only what the examples make; bash reads
+    // it from a file so that no command can swallow the rest of it from stdin.
+    let holder = tempfile::tempdir().unwrap();
+    let file = holder.path().join("examples.sh");
+    std::fs::write(&file, script).unwrap();
+    let mut child = Process::new("bash")
+        .arg("--noprofile")
+        .arg("--norc")
+        .arg(&file)
+        .current_dir(dir)
+        .env("PATH", path)
+        .env("LC_ALL", "C.UTF-8")
+        .env("TERM", "dumb")
+        .env_remove("ITERAGPU")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("bash starts");
+    let mut stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        std::io::Read::read_to_end(&mut stdout, &mut s).ok();
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(600) {
+            child.kill().ok();
+            child.wait().ok();
+            panic!("the examples did not finish within ten minutes");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = reader.join().unwrap();
+    let mut ran = Vec::new();
+    let mut rest = text.as_str();
+    for e in examples {
+        let at = rest
+            .find(&format!("\n{MARK} "))
+            .unwrap_or_else(|| panic!("line {}: `{}` never finished", e.line, e.command));
+        let output = &rest[..at];
+        let after = &rest[at + 1 + MARK.len() + 1..];
+        let end = after.find('\n').unwrap_or(after.len());
+        let status = after[..end].trim().parse().unwrap();
+        rest = after.get(end + 1..).unwrap_or("");
+        let mut lines: Vec<String> = output.lines().map(|l| l.trim_end().to_string()).collect();
+        while lines.last().is_some_and(|l| l.is_empty()) {
+            lines.pop();
+        }
+        ran.push(Ran {
+            output: lines,
+            status,
+        });
+    }
+    ran
+}
+
+/// Rules applied to both sides of a comparison, in order.
+struct Normaliser {
+    always: Vec<(Regex, &'static str)>,
+    measured: Regex,
+    decimal: Regex,
+    html_bytes: Regex,
+    spaces: Regex,
+}
+
+impl Normaliser {
+    fn new() -> Normaliser {
+        let r = |p: &str| Regex::new(p).unwrap();
+        Normaliser {
+            always: vec![
+                // UTC times.
+                (r(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "[TIME]"),
+                // The tool's commit, after its version or in JSON.
+                (
+                    r(r"(iteragpu \d+\.\d+\.\d+) \([0-9a-f]{7,40}\)"),
+                    "$1 ([COMMIT])",
+                ),
+                (
+                    r(r#""commit": "[0-9a-f]{7,40}""#),
+                    r#""commit": "[COMMIT]""#,
+                ),
+                // A zip's size varies with the commit id compressed in its manifest.
+                (r(r"\(\d+ bytes, SHA-256 "), "([N] bytes, SHA-256 "),
+                // Run ids of the results grid.
+                (r(r"\brun [0-9a-f]{12}\b"), "run [ID]"),
+                // Hashes and their prefixes (any run of hex digits with a letter in it).
+                (r(r"\b[0-9]*[a-f][0-9a-f]*\b"), "[HEX?]"),
+                // The CPU's model name, where the CPU reference device names it.
+                (r(r"(device cpu \().*?(\)\s+\|)"), "$1[CPU]$2"),
+                (r(r"(device ).*?( \(cpu-reference)"), "$1[CPU]$2"),
+            ],
+            measured: r(r"^(\S*/)?iteragpu (measure|sweep|report|probe)\b"),
+            decimal: r(r"\d+\.\d+(e[-+]?\d+)?( (KiB|MiB|GiB|B\b))?"),
+            html_bytes: r(r"\d+ bytes, self-contained"),
+            spaces: r(r"\s+"),
+        }
+    }
+
+    /// The comparable form of `lines` printed by `command`.
+    fn normalise(&self, command: &str, lines: &[String]) -> Vec<String> {
+        let measured = self.measured.is_match(command.trim());
+        lines
+            .iter()
+            .map(|line| {
+                let mut line = line.trim_end().to_string();
+                for (re, with) in &self.always {
+                    line = if *with == "[HEX?]" {
+                        re.replace_all(&line, |c: &regex::Captures<'_>| {
+                            let token = &c[0];
+                            if token.len() >= 7 && token.len() <= 64 {
+                                "[HEX]".to_string()
+                            } else {
+                                token.to_string()
+                            }
+                        })
+                        .into_owned()
+                    } else {
+                        re.replace_all(&line, *with).into_owned()
+                    };
+                }
+                if measured {
+                    line = self
+                        .decimal
+                        .replace_all(&line, |c: &regex::Captures<'_>| {
+                            if c.get(2).is_some() {
+                                c[0].to_string()
+                            } else {
+                                "[N]".to_string()
+                            }
+                        })
+                        .into_owned();
+                    line = self
+                        .html_bytes
+                        .replace_all(&line, "[N] bytes, self-contained")
+                        .into_owned();
+                    line = self.spaces.replace_all(line.trim(), " ").into_owned();
+                }
+                line
+            })
+            .collect()
+    }
+}
+
+/// Whether `actual` matches `expected`, where a `...` line in `expected` stands for any number
+/// of lines.
+fn matches(expected: &[String], actual: &[String]) -> bool {
+    match expected.split_first() {
+        None => actual.is_empty(),
+        Some((first, rest)) if first == "..." => {
+            (0..=actual.len()).any(|skip| matches(rest, &actual[skip..]))
+        }
+        Some((first, rest)) => actual
+            .split_first()
+            .is_some_and(|(a, more)| a == first && matches(rest, more)),
+    }
+}
+
+/// A line diff (longest common subsequence), `-` expected, `+` actual.
+fn diff(expected: &[String], actual: &[String]) -> String {
+    let (n, m) = (expected.len(), actual.len());
+    let mut lcs = vec![vec![0usize; m + 1]; n + 1];
+    for i in (0..n).rev() {
+        for j in (0..m).rev() {
+            lcs[i][j] = if expected[i] == actual[j] {
+                lcs[i + 1][j + 1] + 1
+            } else {
+                lcs[i + 1][j].max(lcs[i][j + 1])
+            };
+        }
+    }
+    let (mut i, mut j, mut out) = (0, 0, String::new());
+    while i < n || j < m {
+        if i < n && j < m && expected[i] == actual[j] {
+            out.push_str(&format!("   {}\n", expected[i]));
+            i += 1;
+            j += 1;
+        } else if j < m && (i == n || lcs[i][j + 1] >= lcs[i + 1][j]) {
+            out.push_str(&format!("  +{}\n", actual[j]));
+            j += 1;
+        } else {
+            out.push_str(&format!("  -{}\n", expected[i]));
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Whether a GPU is usable here: then the examples that show what happens without one cannot
+/// be reproduced, and the commands that name `cuda:` are left out.
+fn gpu_usable() -> bool {
+    let out = Process::new(env!("CARGO_BIN_EXE_iteragpu"))
+        .args(["environment", "--device", "cuda:0", "--json"])
+        .output()
+        .expect("iteragpu runs");
+    serde_json::from_slice::<serde_json::Value>(&out.stdout)
+        .map(|v| v["usable"] == true)
+        .unwrap_or(false)
+}
+
+/// Runs every console example of `document` in `dir` and fails with a diff of each one that
+/// drifted (or rewrites them under [`BLESS`]).
+fn check_document(document: &Path, dir: &Path, path: &str) {
+    let text = std::fs::read_to_string(document).unwrap();
+    let name = document.file_name().unwrap().to_string_lossy().into_owned();
+    let skip_gpu = gpu_usable();
+    let all = examples(&text);
+    assert!(!all.is_empty(), "{name} has no console example");
+    let chosen: Vec<Example> = all
+        .into_iter()
+        .filter(|e| !(skip_gpu && e.command.contains("cuda:")))
+        .collect();
+    let ran = run(&chosen, dir, path);
+    let norm = Normaliser::new();
+    let mut failures = String::new();
+    let mut blessed: Vec<(std::ops::Range<usize>, Vec<String>)> = Vec::new();
+    for (e, r) in chosen.iter().zip(&ran) {
+        let expected = norm.normalise(&e.command, &e.expected);
+        let actual = norm.normalise(&e.command, &r.output);
+        let wants_failure = e
+            .expected
+            .iter()
+            .any(|l| l.starts_with("iteragpu: error:") || l.starts_with("{\"error\":"));
+        let status_ok = (r.status != 0) == wants_failure;
+        if matches(&expected, &actual) && status_ok {
+            continue;
+        }
+        blessed.push((e.output.clone(), r.output.clone()));
+        failures.push_str(&format!(
+            "\n{name}:{}: `$ {}` (exit {}{}):\n{}",
+            e.line,
+            e.command,
+            r.status,
+            if status_ok {
+                String::new()
+            } else if wants_failure {
+                ", but the example shows an error".to_string()
+            } else {
+                ", but the example shows success".to_string()
+            },
+            diff(&expected, &actual)
+        ));
+    }
+    if failures.is_empty() {
+        return;
+    }
+    if std::env::var_os(BLESS).is_some() {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        for (range, output) in blessed.into_iter().rev() {
+            lines.splice(range, output);
+        }
+        let mut new = lines.join("\n");
+        new.push('\n');
+        std::fs::write(document, new).unwrap();
+        eprintln!("{name}: rewrote the drifted examples from this machine's output:{failures}");
+        return;
+    }
+    panic!(
+        "{name}: examples that print something else now (- the README, + this build; both \
+         normalised):{failures}\nIf the new output is right: {BLESS}=1 cargo test --release \
+         --locked --test cli readme, then review the diff of {name}."
+    );
+}
+
+fn path_with(dir: &Path) -> String {
+    let mut parts = vec![dir.to_path_buf()];
+    parts.extend(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    ));
+    std::env::join_paths(parts)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// The README's examples run as from a checkout's root: in a new folder holding a copy of the
+/// checkout's `data/` (the example model configurations), where every file they write lands.
+#[test]
+fn readme_console_examples_print_what_they_show() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&repo().join("data"), &dir.path().join("data"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_iteragpu")).parent().unwrap();
+    check_document(&repo().join("README.md"), dir.path(), &path_with(bin));
+}
+
+/// The portable binaries of `scripts/release.sh` in `dir`, one per target.
+fn release_binaries(dir: &Path) -> Vec<PathBuf> {
+    ["x86_64-unknown-linux-gnu", "aarch64-unknown-linux-gnu"]
+        .iter()
+        .map(|t| dir.join(t).join("iteragpu"))
+        .collect()
+}
+
+/// The kit built with the release's binaries verifies, and its README's examples run inside the
+/// extracted kit, in a folder that holds nothing else, with no `iteragpu` on the PATH but the
+/// kit's own.
+#[test]
+fn kit_readme_examples_run_inside_the_extracted_kit() {
+    let Some(release) = std::env::var_os(RELEASE_DIR).map(PathBuf::from) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but {RELEASE_DIR} is not: .ci/run builds the release first");
+        }
+        eprintln!(
+            "SKIPPED kit_readme_examples_run_inside_the_extracted_kit: set {RELEASE_DIR} to the \
+             output of scripts/release.sh (CI always runs it)"
+        );
+        return;
+    };
+    let release = if release.is_absolute() {
+        release
+    } else {
+        repo().join(release)
+    };
+    let binaries = release_binaries(&release);
+    for b in &binaries {
+        assert!(
+            b.is_file(),
+            "{} is missing: run scripts/release.sh",
+            b.display()
+        );
+    }
+    let work = tempfile::tempdir().unwrap();
+    let zip = work.path().join("kit.zip");
+    let mut kit = Process::new(env!("CARGO_BIN_EXE_iteragpu"));
+    kit.arg("kit").arg("--output").arg(&zip);
+    for b in &binaries {
+        kit.arg("--binary").arg(b);
+    }
+    let made = kit.output().unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let land = work.path().join("landed");
+    std::fs::create_dir(&land).unwrap();
+    super::kit::extract(&zip, &land);
+    let top = land.join(kit::ROOT);
+    // Only the system's PATH: the kit's README must bring its own binary.
+    let system = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .filter(|p| !p.join("iteragpu").exists())
+        .collect::<Vec<_>>();
+    let path = std::env::join_paths(system)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // The README is run from the kit's own copy, and compared with the repository's.
+    let readme = top.join("README.md");
+    assert_eq!(
+        std::fs::read(&readme).unwrap(),
+        std::fs::read(repo().join("README-kit.md")).unwrap()
+    );
+    let copy = work.path().join("README-kit.md");
+    std::fs::copy(&readme, &copy).unwrap();
+    check_document(&copy, &top, &path);
+    if std::env::var_os(BLESS).is_some() {
+        std::fs::copy(&copy, repo().join("README-kit.md")).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod harness {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn blocks_commands_continuations_and_heredocs_are_parsed() {
+        let text = "intro\n```console\n$ a --x\nout 1\nout 2\n$ b \\\n  --y\n$ cat > f <<'EOF'\nk = v\nEOF\ndone\n```\n```sh\n$ not run\n```\n";
+        let ex = examples(text);
+        assert_eq!(ex.len(), 3);
+        assert_eq!((ex[0].line, ex[0].command.as_str()), (3, "a --x"));
+        assert_eq!(ex[0].expected, strings(&["out 1", "out 2"]));
+        assert_eq!(ex[0].output, 3..5);
+        assert_eq!(ex[1].command, "b \\\n  --y");
+        assert!(ex[1].expected.is_empty());
+        assert_eq!(ex[1].output, 7..7);
+        assert_eq!(ex[2].command, "cat > f <<'EOF'\nk = v\nEOF");
+        assert_eq!(ex[2].expected, strings(&["done"]));
+    }
+
+    #[test]
+    fn ellipsis_stands_for_any_lines() {
+        let e = strings(&["a", "...", "z"]);
+        assert!(matches(&e, &strings(&["a", "z"])));
+        assert!(matches(&e, &strings(&["a", "b", "c", "z"])));
+        assert!(!matches(&e, &strings(&["a", "b"])));
+        assert!(!matches(&strings(&["a"]), &strings(&["a", "b"])));
+    }
+
+    #[test]
+    fn normalising_keeps_exact_figures_and_drops_measured_ones() {
+        let n = Normaliser::new();
+        let price = n.normalise(
+            "iteragpu price",
+            &strings(&["total USD 3504.00 at 2026-11-29T20:28:30Z"]),
+        );
+        assert_eq!(price, strings(&["total USD 3504.00 at [TIME]"]));
+        let hashes = n.normalise(
+            "iteragpu kit",
+            &strings(&[
+                "  1082  25708ee374038741  LICENSE",
+                "iteragpu 0.1.0 (887b704)",
+                "recorded run 698464580012 in",
+            ]),
+        );
+        assert_eq!(
+            hashes,
+            strings(&[
+                "  1082  [HEX]  LICENSE",
+                "iteragpu 0.1.0 ([COMMIT])",
+                "recorded run [ID] in"
+            ])
+        );
+        // A plain number is not a hash, even when long.
+        assert_eq!(
+            n.normalise("iteragpu estimate", &strings(&["14000000000"])),
+            strings(&["14000000000"])
+        );
+        let measured = n.normalise(
+            "iteragpu measure --device cpu",
+            &strings(&[
+                "device cpu (Intel(R) Xeon(R) Processor)  |  float32",
+                "load   16.901  129.50 KiB   3.47e-7",
+            ]),
+        );
+        assert_eq!(
+            measured,
+            strings(&["device cpu ([CPU]) | float32", "load [N] 129.50 KiB [N]"])
+        );
+    }
+
+    #[test]
+    fn a_diff_marks_what_changed() {
+        let d = diff(&strings(&["a", "b", "c"]), &strings(&["a", "x", "c"]));
+        assert_eq!(d, "   a\n  +x\n  -b\n   c\n");
+    }
+}
