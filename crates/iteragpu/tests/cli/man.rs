@@ -67,5 +67,7 @@ fn an_unknown_command_is_refused_with_the_list() {
         .stderr(predicate::str::contains(
             "unknown command `nope`; the commands are: environment, estimate, price",
         ))
-        .stderr(predicate::str::contains("report, probe, completions, man\n"));
+        .stderr(predicate::str::contains(
+            "report, probe, completions, man\n",
+        ));
 }
