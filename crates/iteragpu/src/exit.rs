@@ -31,6 +31,20 @@ pub fn usage(message: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(Usage(message.into()))
 }
 
+/// The error of a GPU command whose device could not be set up, before anything is written: no
+/// driver, the toolkit's stub, no device, a wrong ordinal or no cuBLAS is a usage error (exit 2,
+/// as the original kit), never a reason to fall back to the CPU; anything else is a runtime
+/// failure. `what` names what was being set up.
+pub fn gpu_setup(device: &str, what: &str, e: lab_cuda::CudaError) -> anyhow::Error {
+    if e.is_unavailable() {
+        usage(format!(
+            "--device {device}: no usable GPU: {e}; nothing was written"
+        ))
+    } else {
+        anyhow::Error::new(e).context(format!("could not set up {what}; nothing was written"))
+    }
+}
+
 /// Whether the command line asks for JSON: `--json` anywhere before a `--` that ends the
 /// options. Read from the raw arguments so that even a line clap refuses gets a JSON error.
 pub fn json_requested(args: impl IntoIterator<Item = OsString>) -> bool {

@@ -3,7 +3,7 @@
 use std::ops::Range;
 
 use plotters::coord::Shift;
-use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged};
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
@@ -74,6 +74,34 @@ fn keyed<R: Ranged<ValueType = f64>>(inner: R, keys: Vec<f64>) -> Keyed<R> {
 }
 
 type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// The grid, axis titles and labels of a chart with one slot per label along x (phases,
+/// figures): no vertical grid lines, each slot named by its label, y ticks in round figures.
+fn categorical_mesh<'a, Y>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<Keyed<RangedCoordf64>, Y>>,
+    (x_desc, y_desc): (&str, &str),
+    labels: &[String],
+) -> Drawn
+where
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| {
+            labels
+                .get(v.floor().max(0.0) as usize)
+                .cloned()
+                .unwrap_or_default()
+        })
+        .y_label_formatter(&|v| tick(*v))
+        .label_style((FONT, 15))
+        .axis_desc_style((FONT, 15))
+        .draw()?;
+    Ok(())
+}
 
 /// Draws into an SVG string of `size` pixels.
 fn svg(
@@ -240,21 +268,14 @@ pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportEr
                 keyed(RangedCoordf64::from(0f64..n as f64), keys),
                 (lo..hi).log_scale(),
             )?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("phase (load = model_load, cold = cold_forward, warm N = warm_forward #N)")
-            .y_desc("time (ms, log scale)")
-            .x_label_formatter(&|v| {
-                labels
-                    .get(v.floor().max(0.0) as usize)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .y_label_formatter(&|v| tick(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 15))
-            .draw()?;
+        categorical_mesh(
+            &mut chart,
+            (
+                "phase (load = model_load, cold = cold_forward, warm N = warm_forward #N)",
+                "time (ms, log scale)",
+            ),
+            &labels,
+        )?;
         let (w0, w1) = if has_device { (0.1, 0.5) } else { (0.2, 0.8) };
         chart
             .draw_series(rows.iter().enumerate().map(|(i, r)| {
@@ -308,21 +329,11 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
             .x_label_area_size(42)
             .y_label_area_size(64)
             .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("phase")
-            .y_desc(format!("bytes ({}, linear)", unit.name))
-            .x_label_formatter(&|v| {
-                labels
-                    .get(v.floor().max(0.0) as usize)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .y_label_formatter(&|v| tick(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 15))
-            .draw()?;
+        categorical_mesh(
+            &mut chart,
+            ("phase", &format!("bytes ({}, linear)", unit.name)),
+            &labels,
+        )?;
         for (k, (color, name)) in MEMORY.iter().enumerate() {
             let bar = 0.8 / 6.0;
             let color = *color;
@@ -482,21 +493,7 @@ pub(crate) fn probe_bars(
             .x_label_area_size(42)
             .y_label_area_size(64)
             .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
-        chart
-            .configure_mesh()
-            .disable_x_mesh()
-            .x_desc("figure")
-            .y_desc(y_desc)
-            .x_label_formatter(&|v| {
-                labels
-                    .get(v.floor().max(0.0) as usize)
-                    .cloned()
-                    .unwrap_or_default()
-            })
-            .y_label_formatter(&|v| tick(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 15))
-            .draw()?;
+        categorical_mesh(&mut chart, ("figure", y_desc), &labels)?;
         let bar = 0.8 / per_group;
         for (d, name) in devices.iter().enumerate() {
             let color = PALETTE[d % PALETTE.len()];

@@ -307,23 +307,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         finish(&args, output, &doc)
     } else if let Some(ordinal) = lab_cuda::parse_ordinal(&args.device) {
         let options = args.run.cuda_options()?;
-        let mut device = match lab_cuda::CudaDevice::open(ordinal, tool.clone(), &options) {
-            Ok(device) => device,
-            // No driver, the toolkit's stub, no device, a wrong ordinal, no cuBLAS: exit 2 and
-            // nothing written, never a fallback to the CPU.
-            Err(e) if e.is_unavailable() => {
-                return Err(usage(format!(
-                    "--device {}: no usable GPU: {e}; nothing was written",
-                    args.device
-                )));
-            }
-            Err(e) => {
-                return Err(anyhow::Error::new(e).context(format!(
-                    "could not set up {}; nothing was written",
-                    args.device
-                )));
-            }
-        };
+        let mut device = lab_cuda::CudaDevice::open(ordinal, tool.clone(), &options)
+            .map_err(|e| crate::exit::gpu_setup(&args.device, &args.device, e))?;
         if args.run.threads.is_some() {
             eprintln!(
                 "iteragpu: note: --threads applies to the CPU reference device only; ignored"

@@ -224,24 +224,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let progress = Lines {
             enabled: std::io::stderr().is_terminal(),
         };
-        let gpu =
-            match lab_cuda::probe::probe_gpus(&ordinals, &tool, &datasheet, &options, &progress) {
-                Ok(g) => g,
-                // No driver, the toolkit's stub, no device, a wrong ordinal, no cuBLAS: exit 2 and
-                // nothing written, never a fallback to the CPU.
-                Err(e) if e.is_unavailable() => {
-                    return Err(usage(format!(
-                        "--device {}: no usable GPU: {e}; nothing was written",
-                        args.device
-                    )));
-                }
-                Err(e) => {
-                    return Err(anyhow::Error::new(e).context(format!(
-                        "could not set up the probe on {}; nothing was written",
-                        args.device
-                    )));
-                }
-            };
+        let gpu = lab_cuda::probe::probe_gpus(&ordinals, &tool, &datasheet, &options, &progress)
+            .map_err(|e| {
+                crate::exit::gpu_setup(&args.device, &format!("the probe on {}", args.device), e)
+            })?;
         let facts: Vec<GpuFacts> = gpu.devices.iter().filter_map(|d| d.facts.clone()).collect();
         let lot_findings = check_lot(
             &facts,
@@ -357,10 +343,18 @@ fn status_text(status: FigureStatus, note: Option<&str>) -> String {
     }
 }
 
-fn copy_line(out: &mut String, c: &CopyFigure) {
-    match (c.seconds, c.gb_per_s) {
-        (Some(s), Some(rate)) => {
-            let reference = c.reference.as_ref().map_or("-".to_string(), |r| {
+/// One figure's line: its measured rate against the datasheet, or why there is none. Copies
+/// and products share it so that their columns cannot drift apart.
+fn figure_line(
+    out: &mut String,
+    (label, size): (&str, String),
+    measured: Option<(&lab::stats::Summary, f64)>,
+    reference: Option<&lab::probe::Reference>,
+    (status, note): (FigureStatus, Option<&str>),
+) {
+    match measured {
+        Some((s, rate)) => {
+            let reference = reference.map_or("-".to_string(), |r| {
                 format!(
                     "{:.1}%{}",
                     r.percent,
@@ -370,23 +364,28 @@ fn copy_line(out: &mut String, c: &CopyFigure) {
             let _ = writeln!(
                 out,
                 "  {:<24} {:>11} {:>10} {:>7.1}% {:>10.1} {:>9}",
-                c.kind.label(),
-                human_bytes(c.bytes),
+                label,
+                size,
                 ms(s.median),
                 s.relative_spread * 100.0,
                 rate,
                 reference
             );
         }
-        _ => {
-            let _ = writeln!(
-                out,
-                "  {:<24} {}",
-                c.kind.label(),
-                status_text(c.status, c.note.as_deref())
-            );
+        None => {
+            let _ = writeln!(out, "  {:<24} {}", label, status_text(status, note));
         }
     }
+}
+
+fn copy_line(out: &mut String, c: &CopyFigure) {
+    figure_line(
+        out,
+        (c.kind.label(), human_bytes(c.bytes)),
+        c.seconds.as_ref().zip(c.gb_per_s),
+        c.reference.as_ref(),
+        (c.status, c.note.as_deref()),
+    );
 }
 
 fn device_block(out: &mut String, d: &DeviceProbe) {
@@ -429,35 +428,13 @@ fn device_block(out: &mut String, d: &DeviceProbe) {
         );
     }
     for g in &d.gemms {
-        match (g.seconds, g.tflops) {
-            (Some(s), Some(t)) => {
-                let reference = g.reference.as_ref().map_or("-".to_string(), |r| {
-                    format!(
-                        "{:.1}%{}",
-                        r.percent,
-                        if r.below_threshold { " LOW" } else { "" }
-                    )
-                });
-                let _ = writeln!(
-                    out,
-                    "  {:<24} {:>11} {:>10} {:>7.1}% {:>10.1} {:>9}",
-                    g.kind.name(),
-                    format!("{}^3", g.n),
-                    ms(s.median),
-                    s.relative_spread * 100.0,
-                    t,
-                    reference
-                );
-            }
-            _ => {
-                let _ = writeln!(
-                    out,
-                    "  {:<24} {}",
-                    g.kind.name(),
-                    status_text(g.status, g.note.as_deref())
-                );
-            }
-        }
+        figure_line(
+            out,
+            (g.kind.name(), format!("{}^3", g.n)),
+            g.seconds.as_ref().zip(g.tflops),
+            g.reference.as_ref(),
+            (g.status, g.note.as_deref()),
+        );
     }
     if let Some(l) = d.pcie_after_copies {
         let _ = writeln!(
