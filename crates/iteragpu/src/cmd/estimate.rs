@@ -122,6 +122,10 @@ pub struct ModelEstimate {
     pub active_parameters: u64,
     /// Stored bytes per safetensors dtype (empty from config.json alone).
     pub weight_bytes_by_dtype: BTreeMap<String, u64>,
+    /// What the model's own structure does to the figures (experts held but not all run,
+    /// sliding windows the KV figure does not exploit, a declared quantisation), in sentences:
+    /// the text output prints them as assumptions, and a script must not lose them.
+    pub model_notes: Vec<String>,
     /// The estimate.
     #[serde(flatten)]
     pub estimate: MemoryEstimate,
@@ -236,6 +240,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 parameters_source: loaded.model.source,
                 active_parameters: loaded.model.active_parameters,
                 weight_bytes_by_dtype: loaded.model.weight_bytes_by_dtype.clone(),
+                model_notes: loaded.notes.clone(),
                 estimate: e,
             };
             if args.json {

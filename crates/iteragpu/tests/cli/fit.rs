@@ -318,6 +318,42 @@ fn estimate_model_json_keeps_every_key_and_adds_the_model_ones() {
     assert_eq!(doc["total_bytes"], 3_212_749_824u64 * 16);
 }
 
+#[test]
+fn a_sliding_window_shorter_than_the_context_is_said_in_text_and_json() {
+    // Gemma 2 9B: 42 layers, every other one local with a 4096-token window
+    // (config.json's sliding_window; modeling_gemma2.py alternates them).
+    let gemma = models("gemma-2-9b");
+    let gemma = gemma.to_str().unwrap();
+    let doc = run_json(&["estimate", "--model", gemma, "--context", "8192"]);
+    let notes = doc["model_notes"].as_array().expect("model_notes");
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    let note = notes[0].as_str().unwrap();
+    for part in [
+        "sliding window",
+        "21 of 42 layers",
+        "last 4096 tokens",
+        "all 8192 tokens",
+    ] {
+        assert!(note.contains(part), "{part:?} not in {note:?}");
+    }
+    cargo_bin_cmd!("iteragpu")
+        .args(["estimate", "--model", gemma, "--context", "8192"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("Assumed: {note}.")));
+    // Within the window there is nothing to say, and Mixtral's experts are said in JSON too.
+    let doc = run_json(&["estimate", "--model", gemma, "--context", "4096"]);
+    assert_eq!(doc["model_notes"], json!([]));
+    let mixtral = models("mixtral-8x7b-v0.1");
+    let doc = run_json(&["estimate", "--model", mixtral.to_str().unwrap()]);
+    assert!(
+        doc["model_notes"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("mixture of experts: all 8 experts")
+    );
+}
+
 /// A safetensors file with one tensor; data left as a sparse hole.
 fn write_safetensors(path: &Path, name: &str, shape: &[u64]) {
     let bytes: u64 = shape.iter().product::<u64>() * 2;
