@@ -177,6 +177,53 @@ fn refusals() {
     assert!(!dir.path().join("new.html").exists());
 }
 
+#[test]
+fn documents_each_within_their_limit_but_too_many_together_are_refused() {
+    // Five valid measurement documents of 15 MiB each (a real run padded with trailing white
+    // space, which JSON allows): each is under the 16 MiB document limit, together they pass
+    // the 64 MiB a report reads in all.
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "measure",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "4",
+        ])
+        .args(["--width", "16", "--repeats", "1", "--output", "m.json"])
+        .assert()
+        .success();
+    let mut text = std::fs::read(dir.path().join("m.json")).unwrap();
+    text.resize(15 << 20, b' ');
+    let names: Vec<String> = (1..=5).map(|i| format!("m{i}.json")).collect();
+    for name in &names {
+        std::fs::write(dir.path().join(name), &text).unwrap();
+    }
+    // Four of them (60 MiB) make a page; five are refused before the page is written.
+    iteragpu()
+        .current_dir(dir.path())
+        .arg("report")
+        .args(&names[..4])
+        .args(["--output", "four.html"])
+        .assert()
+        .success();
+    iteragpu()
+        .current_dir(dir.path())
+        .arg("report")
+        .args(&names)
+        .args(["--output", "five.html"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "the inputs add up to more than 64 MiB, the most one report reads; make several reports",
+        ));
+    assert!(!dir.path().join("five.html").exists());
+}
+
 /// Chromium on this machine: `CHROMIUM` names it, else the usual names on the PATH.
 fn chromium() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("CHROMIUM") {
