@@ -76,6 +76,13 @@ fn writers(dir: &Path, target: &Path) -> Vec<(&'static str, Command)> {
         ])
         .arg(target);
     out.push(("sweep", sweep));
+    // A probe long enough that being refused only after it would show in the test's time.
+    let mut probe = iteragpu();
+    probe
+        .current_dir(dir)
+        .args(["probe", "--device", "cpu", "--seconds", "30", "--output"])
+        .arg(target.with_extension("probe.json"));
+    out.push(("probe", probe));
     out
 }
 
