@@ -1096,6 +1096,88 @@ fn an_interrupted_init_or_lock_leaves_nothing_behind() {
         .success();
 }
 
+/// Runs `iteragpu args` in `dir` under `strace`, the `nth` fsync failing with EIO (fault
+/// injection by the kernel's tracer, no fake in the binary). `None` when strace is missing or
+/// may not trace here (a container without ptrace).
+fn with_failing_fsync(dir: &Path, nth: u32, args: &[&str]) -> Option<std::process::Output> {
+    let works = std::process::Command::new("strace")
+        .args(["-qq", "-o", "/dev/null", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !works {
+        eprintln!("strace is missing or cannot trace here: skipped");
+        return None;
+    }
+    let output = std::process::Command::new("strace")
+        .args([
+            "-f",
+            "-qq",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=fsync,fdatasync",
+            "-e",
+        ])
+        .arg(format!("inject=fsync,fdatasync:error=EIO:when={nth}"))
+        .arg(assert_cmd::cargo::cargo_bin("iteragpu"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    Some(output)
+}
+
+/// Issue 11, item 7: a failed flush is a failure only while the data is not in place. The file's
+/// own flush failing (before the rename) is exit 1 with nothing left; the folder's flush failing
+/// (after the rename) is exit 0 with the file complete and a warning that says so.
+#[test]
+fn a_failed_flush_fails_before_the_data_is_in_place_and_warns_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(out) = with_failing_fsync(dir.path(), 1, &["protocol", "init", "a.txt"]) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("could not write a.txt: Input/output error"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("a.txt").exists());
+    assert!(temporaries(dir.path()).is_empty());
+
+    let out = with_failing_fsync(dir.path(), 2, &["protocol", "init", "b.txt"]).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("b.txt is written and complete, but its folder could not be flushed"),
+        "{stderr}"
+    );
+    let template = std::fs::read_to_string(dir.path().join("b.txt")).unwrap();
+    assert!(template.contains("\ncorpus_id ="), "{template}");
+
+    // The lock: the same two moments.
+    let protocol = locked_protocol_as(dir.path(), "p.txt", &[]);
+    std::fs::remove_file(dir.path().join("p.txt.lock")).unwrap();
+    let out = with_failing_fsync(dir.path(), 1, &["protocol", "lock", "p.txt"]).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(!dir.path().join("p.txt.lock").exists());
+    let out = with_failing_fsync(dir.path(), 2, &["protocol", "lock", "p.txt"]).unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("its folder could not be flushed"),
+        "{stderr}"
+    );
+    assert!(temporaries(dir.path()).is_empty());
+    // The lock written under the warning is a whole lock: the protocol is usable.
+    iteragpu()
+        .args(["protocol", "lock"])
+        .arg(&protocol)
+        .assert()
+        .code(predicate::ne(0))
+        .stderr(predicate::str::contains("already locked"));
+}
+
 /// Issue 11, item 9: a results path that is a link to nothing is refused, as `measure`, `kit` and
 /// `report` refuse it; its target is not created. A link to a grid is followed.
 #[test]
