@@ -123,7 +123,7 @@ fn is_path_byte(b: u8) -> bool {
     b.is_ascii_graphic() && !matches!(b, b'"' | b'\'' | b'`' | b'<' | b'>')
 }
 
-/// Every distinct absolute builder path found in `bytes` (see [`markers`]), in order of first
+/// Every distinct absolute builder path found in `bytes` (see `markers`), in order of first
 /// appearance: the run of path characters around each marker, starting at a `/`.
 pub fn builder_paths(bytes: &[u8]) -> Vec<String> {
     let mut found: Vec<String> = Vec::new();

@@ -30,7 +30,7 @@ pub enum ReportError {
     /// A file could not be read, or is over its limit.
     #[error(transparent)]
     Input(#[from] InputError),
-    /// All inputs together are over [`TOTAL_LIMIT`].
+    /// All inputs together are over the total limit, `TOTAL_LIMIT`.
     #[error(
         "the inputs add up to more than {}, the most one report reads; make several reports",
         lab::files::human_bytes(TOTAL_LIMIT)
@@ -172,7 +172,7 @@ impl Budget {
 /// Reads documents and folders: a folder with a `summary.csv` is a sweep, whose documents are
 /// read only by plain file names inside it; any other folder contributes each `.json` document
 /// in it (sorted by name). A document is a measurement or a probe, told apart by its schema. Each document is read within [`MEASUREMENT_LIMIT`], all of them within
-/// [`TOTAL_LIMIT`].
+/// `TOTAL_LIMIT`.
 pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
     let mut inputs = Inputs::default();
     let mut budget = Budget::default();

@@ -31,11 +31,11 @@ pub struct Args {
     #[arg(long, short)]
     pub output: PathBuf,
 
-    /// Also ship this executable (the running `iteragpu`) under bin/<its target>/.
+    /// Also ship this executable (the running `iteragpu`) under `bin/<its target>/`.
     #[arg(long)]
     pub with_binary: bool,
 
-    /// Also ship this iteragpu executable under bin/<its target>/; repeat it for each target.
+    /// Also ship this iteragpu executable under `bin/<its target>/`; repeat it for each target.
     #[arg(long, value_name = "PATH")]
     pub binary: Vec<PathBuf>,
 

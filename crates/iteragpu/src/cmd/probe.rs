@@ -23,6 +23,7 @@ use ledger::Package;
 use crate::cmd::environment::{datasheet, expectation, parse_package, render_findings, tool_info};
 use crate::exit::usage;
 use crate::output;
+use crate::summary::bytes;
 
 /// Options of `probe`.
 #[derive(Debug, clap::Args)]
@@ -312,21 +313,6 @@ fn gpu_document(
     }
 }
 
-fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
-
 fn ms(seconds: f64) -> String {
     format!("{:.3}", seconds * 1e3)
 }
@@ -381,7 +367,7 @@ fn figure_line(
 fn copy_line(out: &mut String, c: &CopyFigure) {
     figure_line(
         out,
-        (c.kind.label(), human_bytes(c.bytes)),
+        (c.kind.label(), bytes(c.bytes)),
         c.seconds.as_ref().zip(c.gb_per_s),
         c.reference.as_ref(),
         (c.status, c.note.as_deref()),
@@ -469,7 +455,7 @@ fn render(doc: &ProbeDocument, output: &Path) -> String {
             "GPU"
         },
         if c.concurrent { ", concurrently" } else { "" },
-        human_bytes(c.copy_bytes),
+        bytes(c.copy_bytes),
         c.min_samples,
         c.max_samples
     );
@@ -554,6 +540,6 @@ mod tests {
                 .contains("multiple of 16")
         );
         assert!(parse_max_samples("2").is_err());
-        assert_eq!(human_bytes(256 << 20), "256.00 MiB");
+        assert_eq!(bytes(256 << 20), "256.00 MiB");
     }
 }

@@ -21,7 +21,7 @@ use crate::workspaces::{MemoryPolicy, Workspaces};
 /// [`crate::cpu::HostMemoryPlan`]): for float16 and bfloat16, a float32 copy of every uploaded
 /// tensor (the parameters, widened once at load instead of on every pass) and two float32
 /// buffers for the operands and results of the products, kept across passes so that no pass
-/// maps fresh pages; and the GEMM's packing buffer (see [`gemm`]). float32 needs none of the
+/// maps fresh pages; and the GEMM's packing buffer (see the `gemm` module). float32 needs none of the
 /// buffers: products read and write the tensors' own blocks.
 pub struct CpuDevice {
     tensors: TensorPool<HostSegments>,
