@@ -75,6 +75,21 @@ fn keyed<R: Ranged<ValueType = f64>>(inner: R, keys: Vec<f64>) -> Keyed<R> {
 
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
+/// The series legend every chart draws, on a light box, in the corner its data leaves free.
+fn legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    corner: SeriesLabelPosition,
+) -> Drawn {
+    chart
+        .configure_series_labels()
+        .position(corner)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.9))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
 /// The grid, axis titles and labels of a chart with one slot per label along x (phases,
 /// figures): no vertical grid lines, each slot named by its label, y ticks in round figures.
 fn categorical_mesh<'a, Y>(
@@ -301,13 +316,7 @@ pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportEr
                 .label("device (CUDA events)")
                 .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], DEVICE.filled()));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }
@@ -357,13 +366,7 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }
@@ -436,13 +439,7 @@ pub(crate) fn line_chart(
             });
             chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
         Ok(())
     })
 }
@@ -527,13 +524,7 @@ pub(crate) fn probe_bars(
                     PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
                 });
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .label_font((FONT, 15))
-            .background_style(WHITE.mix(0.9))
-            .border_style(BLACK)
-            .draw()?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
         Ok(())
     })
 }
