@@ -122,7 +122,7 @@ def main() -> int:
     print(f"load:    {load_before} before, {load_after} after (1/5/15-minute load averages)")
     print()
     head = (f"{'case':<24}{'ours ms':>10}{'torch ms':>10}{'ours GF/s':>11}{'torch GF/s':>11}"
-            f"{'ratio':>8}{'min-max':>13}{'target':>8}")
+            f"{'ratio':>8}{'min-max':>13}  {'target':<10}")
     print(head)
     print("-" * len(head))
     for case, ours, torch_, ratios, flops in rows:
@@ -131,7 +131,7 @@ def main() -> int:
         verdict = "" if target is None else f"<={target:g} {'ok' if mr <= target else 'MISS'}"
         print(f"{case[0]:<24}{mo * 1e3:>10.3f}{mt * 1e3:>10.3f}{flops / mo / 1e9:>11.1f}"
               f"{flops / mt / 1e9:>11.1f}{mr:>8.2f}{f'{min(ratios):.2f}-{max(ratios):.2f}':>13}"
-              f"{verdict:>10}")
+              f"  {verdict:<10}".rstrip())
     print()
     print("ratio = ours / PyTorch per pair (each run's median warm pass), median over pairs; "
           "below 1 we are faster.")
