@@ -154,6 +154,83 @@ impl Gemm {
     }
 }
 
+/// `w` packed once, every block in the order the product reads them: for the benchmark's
+/// question whether packing the weights once (at load) instead of per product pays.
+#[derive(Debug)]
+pub struct PackedW {
+    blocks: Vec<Vec<f32>>,
+    kc_block: usize,
+    n: usize,
+    k: usize,
+}
+
+impl PackedW {
+    pub fn new(w: &[f32], n: usize, k: usize) -> PackedW {
+        let mut blocks = Vec::new();
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(KC) {
+                let kc = KC.min(k - pc);
+                let panel = kc * NR;
+                let mut buf = vec![0f32; nc.div_ceil(NR) * panel + ALIGN_FLOATS];
+                let out = aligned(&mut buf);
+                for (q, o) in out[..nc.div_ceil(NR) * panel].chunks_mut(panel).enumerate() {
+                    pack::w_panel(w, k, jc + q * NR, (jc + nc).min(n), pc, kc, o);
+                }
+                blocks.push(buf);
+            }
+        }
+        PackedW { blocks, kc_block: KC, n, k }
+    }
+}
+
+impl Gemm {
+    /// `c += x wᵀ` with `w` packed beforehand.
+    pub fn add_product_prepacked(&mut self, c: &mut [f32], x: &[f32], w: &mut PackedW, m: usize) {
+        let (n, k) = (w.n, w.k);
+        let c = &mut c[..m * n];
+        let (kc_block, mc_block) = (w.kc_block, self.blocks.1);
+        let band = m.div_ceil(self.threads).next_multiple_of(MR);
+        let mut block_index = 0;
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(kc_block) {
+                let kc = kc_block.min(k - pc);
+                let panel = kc * NR;
+                let packed_w = &*aligned(&mut w.blocks[block_index]);
+                block_index += 1;
+                c.par_chunks_mut(band * n)
+                    .zip(self.packed_x.par_iter_mut())
+                    .enumerate()
+                    .for_each(|(t, (c_band, packed_x))| {
+                        let first_row = t * band;
+                        let rows = c_band.len() / n;
+                        let packed_x = aligned(packed_x);
+                        for ic in (0..rows).step_by(mc_block) {
+                            let mc = mc_block.min(rows - ic);
+                            for (q, out) in packed_x[..mc.div_ceil(MR) * kc * MR].chunks_mut(kc * MR).enumerate() {
+                                pack::x_panel(x, k, first_row + ic + q * MR, first_row + ic + mc, pc, kc, out);
+                            }
+                            for jr in (0..nc).step_by(NR) {
+                                let w_panel = &packed_w[(jr / NR) * panel..][..panel];
+                                let next = if jr + NR < nc { jr / NR + 1 } else { 0 };
+                                let next_w = &packed_w[next * panel..][..panel];
+                                let last = (mc - 1) / MR * MR;
+                                for ir in (0..mc).step_by(MR) {
+                                    let next_w = if ir == last { next_w } else { w_panel };
+                                    let x_panel = &packed_x[(ir / MR) * kc * MR..][..kc * MR];
+                                    let tile = (MR.min(mc - ir), NR.min(nc - jr));
+                                    let at = (ic + ir) * n + jc + jr;
+                                    kernel::tile(kc, x_panel, w_panel, &mut c_band[at..], n, tile, next_w);
+                                }
+                            }
+                        }
+                    });
+            }
+        }
+    }
+}
+
 /// The part of `buffer` that starts on a 64-byte line.
 fn aligned(buffer: &mut [f32]) -> &mut [f32] {
     let skip = buffer.as_ptr().align_offset(64).min(ALIGN_FLOATS);
