@@ -5,24 +5,29 @@ use std::collections::HashMap;
 use crate::alloc::{Stats, TensorPool};
 use crate::cpu::gelu;
 use crate::cpu::memory::{HostSegments, available_host_bytes};
-use crate::cpu::{convert, gemm, threads};
+use crate::cpu::{bf16, convert, gemm, threads};
 use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
 use crate::dtype::DType;
 use crate::environment::Environment;
 use crate::measure::synthetic::input_value;
 use crate::tool::ToolInfo;
 use crate::workspaces::{MemoryPolicy, Workspaces};
+use lab_bf16::{Bf16Dot, PackedWeights, Scratch};
 
 /// Real arithmetic on the host under the GPU's allocator policy. Storage is in the requested
-/// dtype; products convert to float32, accumulate in float32 and round the result back, as a GPU
-/// with float32 accumulation does.
+/// dtype; products accumulate in float32 and round the result back, as a GPU with float32
+/// accumulation does. bfloat16 products run on the CPU's bfloat16 dot-product instructions where
+/// it has them (AVX512_BF16, the `bf16` module); every other half-precision product widens its
+/// operands to float32 and runs faer's float32 product.
 ///
 /// Host memory outside the allocator (never in its counters, always in the memory plan,
 /// [`crate::cpu::HostMemoryPlan`]): for float16 and bfloat16, a float32 copy of every uploaded
 /// tensor (the parameters, widened once at load instead of on every pass) and two float32
 /// buffers for the operands and results of the products, kept across passes so that no pass
-/// maps fresh pages; and the GEMM's packing buffer (see the `gemm` module). float32 needs none of the
-/// buffers: products read and write the tensors' own blocks.
+/// maps fresh pages; on AVX512_BF16, bfloat16 weights packed once at load instead, the float32
+/// result buffer and one packing scratch per thread; and the GEMM's packing buffer (see the
+/// `gemm` module). float32 needs none of the buffers: products read and write the tensors' own
+/// blocks.
 pub struct CpuDevice {
     tensors: TensorPool<HostSegments>,
     tool: ToolInfo,
@@ -33,6 +38,12 @@ pub struct CpuDevice {
     operand: Vec<f32>,
     /// A product's float32 result before it is rounded into the output (half precision only).
     result: Vec<f32>,
+    /// The bfloat16 instructions, where the CPU has them and the device uses them.
+    bf16: Option<Bf16Dot>,
+    /// Uploaded bfloat16 matrices packed for those instructions, by tensor id.
+    packed: HashMap<u64, PackedWeights>,
+    /// One scratch per thread for the bfloat16 instructions' Linears.
+    scratch: Vec<Scratch>,
 }
 
 impl std::fmt::Debug for CpuDevice {
@@ -44,6 +55,8 @@ impl std::fmt::Debug for CpuDevice {
             .field("widened_tensors", &self.widened.len())
             .field("operand_elements", &self.operand.capacity())
             .field("result_elements", &self.result.capacity())
+            .field("bf16", &self.bf16)
+            .field("packed_tensors", &self.packed.len())
             .finish()
     }
 }
@@ -98,6 +111,9 @@ impl CpuDevice {
             widened: HashMap::new(),
             operand: Vec::new(),
             result: Vec::new(),
+            bf16: bf16::instructions(),
+            packed: HashMap::new(),
+            scratch: Vec::new(),
         }
     }
 
@@ -267,6 +283,80 @@ impl CpuDevice {
     }
 }
 
+impl CpuDevice {
+    /// The packed form of a bfloat16 matrix: its copy packed at upload, else packed into
+    /// `spare`.
+    fn packed_or<'a>(
+        tensors: &TensorPool<HostSegments>,
+        packed: &'a HashMap<u64, PackedWeights>,
+        t: &Tensor,
+        spare: &'a mut Option<PackedWeights>,
+    ) -> Result<&'a PackedWeights, DeviceError> {
+        if let Some(p) = packed.get(&t.id) {
+            return Ok(p);
+        }
+        Ok(spare.insert(pack(tensors, t)?))
+    }
+
+    /// A bfloat16 Linear on the bfloat16 instructions: the sums start from the bias and are
+    /// rounded into the output once, band by band across the threads.
+    fn linear_bf16(
+        &mut self,
+        dot: Bf16Dot,
+        x: &Tensor,
+        weight: &Tensor,
+        bias: &Tensor,
+        out: &Tensor,
+        (m, k, n): (usize, usize, usize),
+    ) -> Result<(), DeviceError> {
+        let (threads, stats) = (self.threads.max(1), self.tensors.stats());
+        let band = bf16::band_rows(m, threads);
+        self.scratch.resize_with(threads, Scratch::default);
+        for s in &mut self.scratch {
+            s.reserve(band, n, k)
+                .map_err(|_| DeviceError::OutOfMemory {
+                    what: "a thread's bfloat16 scratch (host memory outside the allocator)"
+                        .to_string(),
+                    requested: (Scratch::x_words(band, k) + Scratch::sum_floats(band, n, k)) as u64
+                        * 4,
+                    allocated: stats.all.allocated.current,
+                    reserved: stats.all.reserved.current,
+                })?;
+        }
+        let (mut spare_w, mut spare_b) = (None, Vec::new());
+        let w = Self::packed_or(&self.tensors, &self.packed, weight, &mut spare_w)?;
+        let bs = Self::widened_or(&self.tensors, &self.widened, threads, bias, &mut spare_b)?;
+        let scratch = &mut self.scratch;
+        with_output(&mut self.tensors, out, [x], |o, [xs]| {
+            bf16::linear(
+                dot,
+                bytemuck::cast_slice_mut(o),
+                bs,
+                bytemuck::cast_slice(xs),
+                w,
+                m,
+                scratch,
+            )
+        })
+    }
+}
+
+/// A bfloat16 matrix tensor packed for the bfloat16 instructions (its rows are the output
+/// columns of a Linear, as `nn.Linear` keeps its weight).
+fn pack(tensors: &TensorPool<HostSegments>, t: &Tensor) -> Result<PackedWeights, DeviceError> {
+    let values: &[u16] = bytemuck::cast_slice(bytes(tensors, t)?);
+    PackedWeights::new(values, t.rows, t.cols).map_err(|_| {
+        let stats = tensors.stats();
+        DeviceError::OutOfMemory {
+            what: "the packed bfloat16 copy of a parameter (host memory outside the allocator)"
+                .to_string(),
+            requested: PackedWeights::bytes(t.rows, t.cols),
+            allocated: stats.all.allocated.current,
+            reserved: stats.all.reserved.current,
+        }
+    })
+}
+
 impl Device for CpuDevice {
     fn environment(&self) -> Environment {
         crate::cpu::environment::device_environment(self.tool.clone(), self.threads)
@@ -275,6 +365,9 @@ impl Device for CpuDevice {
     fn math_mode(&self, dtype: DType, allow_tf32: bool) -> String {
         let base = match dtype {
             DType::Float32 => "float32 products in strict float32".to_string(),
+            DType::Bfloat16 if let Some(dot) = self.bf16 => {
+                format!("bfloat16 storage, float32 accumulation on {}", dot.name())
+            }
             d => format!("{d} storage, float32 accumulation"),
         };
         if allow_tf32 {
@@ -323,6 +416,7 @@ impl Device for CpuDevice {
 
     fn free(&mut self, tensor: Tensor) {
         self.widened.remove(&tensor.id);
+        self.packed.remove(&tensor.id);
         self.tensors.free(tensor);
     }
 
@@ -338,7 +432,12 @@ impl Device for CpuDevice {
         with_output(&mut self.tensors, tensor, [], |o, []| {
             convert::from_f32(threads, tensor.dtype, values, o)
         })?;
-        if tensor.dtype != DType::Float32 {
+        if tensor.dtype == DType::Bfloat16 && self.bf16.is_some() && tensor.rows > 1 {
+            // A matrix: packed once here for the bfloat16 instructions (a one-row tensor, a
+            // bias, is widened below for the products' first rows).
+            let p = pack(&self.tensors, tensor)?;
+            self.packed.insert(tensor.id, p);
+        } else if tensor.dtype != DType::Float32 {
             // Widened once here, from the rounded values, for every later product.
             let mut w = Vec::new();
             let stats = self.tensors.stats();
@@ -356,6 +455,7 @@ impl Device for CpuDevice {
 
     fn fill_inputs(&mut self, tensor: &Tensor, seed: u64) -> Result<(), DeviceError> {
         self.widened.remove(&tensor.id);
+        self.packed.remove(&tensor.id);
         let dtype = tensor.dtype;
         let size = dtype.size_bytes() as usize;
         with_output(&mut self.tensors, tensor, [], |o, []| {
@@ -391,8 +491,13 @@ impl Device for CpuDevice {
             return Err(shape_error("linear output", x, out));
         }
         self.widened.remove(&out.id);
-        if x.dtype != DType::Float32 {
-            return self.linear_half(x, weight, bias, out, (m, k, n));
+        self.packed.remove(&out.id);
+        match (x.dtype, self.bf16) {
+            (DType::Float32, _) => {}
+            (DType::Bfloat16, Some(dot)) => {
+                return self.linear_bf16(dot, x, weight, bias, out, (m, k, n));
+            }
+            _ => return self.linear_half(x, weight, bias, out, (m, k, n)),
         }
         let threads = self.threads;
         with_output(
@@ -418,6 +523,7 @@ impl Device for CpuDevice {
             return Err(shape_error("gelu", x, out));
         }
         self.widened.remove(&out.id);
+        self.packed.remove(&out.id);
         let (threads, dtype) = (self.threads, x.dtype);
         with_output(&mut self.tensors, out, [x], |o, [xs]| match dtype {
             DType::Float32 => threads::for_each_part(
@@ -493,9 +599,15 @@ mod tests {
     fn half_precision_linear_rounds_the_float32_result_of_the_rounded_operands() {
         let (m, k, n) = (4, 9, 6);
         let (xs, ws, bs) = (pattern(m * k, 1), pattern(n * k, 2), pattern(n, 3));
-        for dtype in [DType::Float16, DType::Bfloat16] {
+        // bfloat16 on its own instructions where the CPU has them, and widened.
+        let paths = [bf16::instructions(), None];
+        for (dtype, native) in [DType::Float16, DType::Bfloat16]
+            .into_iter()
+            .flat_map(|d| paths.map(|p| (d, p)))
+        {
             for threads in [1, 2] {
                 let mut d = device(threads);
+                d.bf16 = native;
                 // The input is written by fill-like code paths, not uploaded: it is widened per
                 // pass; the parameters come from their copies widened at upload.
                 let x = d.allocate(m, k, dtype, "x").unwrap();

@@ -32,9 +32,22 @@ pub fn device_environment(tool: ToolInfo, threads: usize) -> Environment {
             "vector_unit": vector_unit(),
             "arch": std::env::consts::ARCH,
             "os": std::env::consts::OS,
-            "gemm": "faer matmul (float32 accumulation; float16 and bfloat16 widened to float32)",
+            "gemm": gemm(),
             "device_clock": false,
         }),
+    }
+}
+
+/// The products' library and arithmetic.
+fn gemm() -> String {
+    match crate::cpu::bf16::instructions() {
+        Some(dot) => format!(
+            "faer matmul (float32 accumulation; float16 widened to float32); bfloat16 on {} \
+             (float32 accumulation)",
+            dot.name()
+        ),
+        None => "faer matmul (float32 accumulation; float16 and bfloat16 widened to float32)"
+            .to_string(),
     }
 }
 

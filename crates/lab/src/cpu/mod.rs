@@ -3,6 +3,7 @@
 //! It is a reference, never a stand-in for a GPU: every output it produces says so, and it is
 //! only used when asked for by name (`--device cpu`).
 
+mod bf16;
 mod convert;
 mod device;
 mod environment;

@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use crate::cpu::bf16;
 use crate::cpu::gemm::last_level_cache_bytes;
 use crate::dtype::DType;
 use crate::measure::config::Plan;
@@ -19,9 +20,12 @@ pub struct HostMemoryPlan {
     pub segments_bytes: u64,
     /// The runner's float32 copy of the parameters, kept for the numerical check.
     pub host_parameters_bytes: u64,
-    /// float16 and bfloat16: the parameters widened to float32 once at load, for the products.
+    /// float16 and bfloat16: the parameters' copies for the products, made once at load:
+    /// widened to float32, or, for bfloat16 on a CPU with AVX512_BF16, the weights packed for
+    /// its instructions and the biases widened.
     pub widened_parameters_bytes: u64,
-    /// float16 and bfloat16: the float32 operand and result buffers of the products.
+    /// float16 and bfloat16: the float32 operand and result buffers of the products (on
+    /// AVX512_BF16, bfloat16's scratch per thread: packed activations, float32 sums).
     pub product_buffers_bytes: u64,
     /// The part of the GEMM's packing buffer that the two products touch.
     pub packing_bytes: u64,
@@ -30,6 +34,9 @@ pub struct HostMemoryPlan {
     pub threads_and_heap_bytes: u64,
     /// The sum: what `--max-memory` and the machine's available memory are compared with.
     pub total_bytes: u64,
+    /// Whether the products run on the bfloat16 instructions (the parts' names in a refusal).
+    #[serde(skip)]
+    bf16_instructions: bool,
 }
 
 /// A run whose host memory plan exceeds what the machine has or what `--max-memory` allows.
@@ -70,15 +77,28 @@ impl HostMemoryPlan {
         let (rows, width, hidden) = (plan.rows as u64, o.width as u64, plan.hidden as u64);
         let parameters = plan.synthetic_model().parameter_count;
         let half = o.dtype != DType::Float32;
+        let bf16_instructions = o.dtype == DType::Bfloat16 && bf16::instructions().is_some();
         let f32s = |n: u64| n.saturating_mul(4);
-        let widened_parameters_bytes = if half { f32s(parameters) } else { 0 };
-        // Operand: rows x max(width, hidden) (the GELU output feeds linear2); result: the same.
-        let product_buffers_bytes = if half {
-            2 * f32s(rows.saturating_mul(width.max(hidden)))
+        let (widened_parameters_bytes, product_buffers_bytes) = if bf16_instructions {
+            (
+                bf16::parameter_bytes(o.width, plan.hidden),
+                bf16::scratch_bytes(plan.rows, o.width, plan.hidden, threads),
+            )
+        } else if half {
+            // Operand: rows x max(width, hidden) (the GELU output feeds linear2); result: the
+            // same.
+            let buffer = f32s(rows.saturating_mul(width.max(hidden)));
+            (f32s(parameters), 2 * buffer)
         } else {
-            0
+            (0, 0)
         };
-        let packing_bytes = packing_bytes(rows, width, hidden, last_level_cache_bytes());
+        // bfloat16 on its own instructions never calls faer: only the device's set-up product
+        // (32 x 32 x 32, `gemm::reserve_packing`) touches its packing buffer.
+        let packing_bytes = if bf16_instructions {
+            packing_bytes(32, 32, 32, last_level_cache_bytes())
+        } else {
+            packing_bytes(rows, width, hidden, last_level_cache_bytes())
+        };
         let threads_and_heap_bytes =
             PER_THREAD_BYTES * threads as u64 + HEAP_BYTES + PER_ROW_BYTES * (o.repeats as u64 + 4);
         let mut p = HostMemoryPlan {
@@ -90,6 +110,7 @@ impl HostMemoryPlan {
             packing_bytes,
             threads_and_heap_bytes,
             total_bytes: 0,
+            bf16_instructions,
         };
         p.total_bytes = [
             p.resident_at_start_bytes,
@@ -165,7 +186,13 @@ impl HostMemoryPlan {
             format!("tensors {}", self.segments_bytes),
             format!("host copy of the parameters {}", self.host_parameters_bytes),
         ];
-        if self.widened_parameters_bytes > 0 {
+        if self.bf16_instructions {
+            parts.push(format!(
+                "packed bfloat16 weights and float32 biases {}",
+                self.widened_parameters_bytes
+            ));
+            parts.push(format!("product buffers {}", self.product_buffers_bytes));
+        } else if self.widened_parameters_bytes > 0 {
             parts.push(format!(
                 "float32 parameters {}",
                 self.widened_parameters_bytes
@@ -207,7 +234,7 @@ mod tests {
         assert_eq!(p.host_parameters_bytes, 4 * params);
         assert_eq!(p.widened_parameters_bytes, 0);
         assert_eq!(p.product_buffers_bytes, 0);
-        let half = Plan::new(options(2, 128, 1024, DType::Bfloat16)).unwrap();
+        let half = Plan::new(options(2, 128, 1024, DType::Float16)).unwrap();
         let q = HostMemoryPlan::new(&half, 100, 2, 10);
         assert_eq!(q.widened_parameters_bytes, 4 * params);
         assert_eq!(q.product_buffers_bytes, 2 * 4 * 256 * 4096);
@@ -216,6 +243,31 @@ mod tests {
             q.widened_parameters_bytes + q.product_buffers_bytes
         );
         assert_eq!(q.outside_segments_bytes(), q.total_bytes - 100);
+    }
+
+    #[test]
+    fn bfloat16_counts_what_its_products_hold() {
+        let plan = Plan::new(options(2, 128, 1024, DType::Bfloat16)).unwrap();
+        let q = HostMemoryPlan::new(&plan, 100, 2, 10);
+        let params = plan.synthetic_model().parameter_count;
+        if bf16::instructions().is_some() {
+            // Both weights packed (4096 x 1024 in whole panels, two bfloat16 to a word), the
+            // biases widened; two threads' scratch: 132 rows (whole 12-row tiles) x 512 pairs
+            // of activations, and the second Linear's float32 sums (its k spans 4 blocks).
+            assert_eq!(
+                q.widened_parameters_bytes,
+                2 * 4096 * 1024 * 2 + 4 * (4096 + 1024)
+            );
+            assert_eq!(q.product_buffers_bytes, 2 * 4 * (132 * 512 + 128 * 1024));
+            let e = q.check(Some(0), 1.0, None).unwrap_err().to_string();
+            assert!(
+                e.contains("packed bfloat16 weights and float32 biases"),
+                "{e}"
+            );
+        } else {
+            assert_eq!(q.widened_parameters_bytes, 4 * params);
+            assert_eq!(q.product_buffers_bytes, 2 * 4 * 256 * 4096);
+        }
     }
 
     #[test]
