@@ -309,10 +309,12 @@ impl CpuDevice {
         out: &Tensor,
         (m, k, n): (usize, usize, usize),
     ) -> Result<(), DeviceError> {
-        let (threads, stats) = (self.threads.max(1), self.tensors.stats());
-        let band = bf16::band_rows(m, threads);
-        self.scratch.resize_with(threads, Scratch::default);
-        for s in &mut self.scratch {
+        let (threads, stats) = (self.threads, self.tensors.stats());
+        let (count, band) = bf16::bands(m, k, n, threads);
+        if self.scratch.len() < count {
+            self.scratch.resize_with(count, Scratch::default);
+        }
+        for s in &mut self.scratch[..count] {
             s.reserve(band, n, k)
                 .map_err(|_| DeviceError::OutOfMemory {
                     what: "a thread's bfloat16 scratch (host memory outside the allocator)"
@@ -326,7 +328,7 @@ impl CpuDevice {
         let (mut spare_w, mut spare_b) = (None, Vec::new());
         let w = Self::packed_or(&self.tensors, &self.packed, weight, &mut spare_w)?;
         let bs = Self::widened_or(&self.tensors, &self.widened, threads, bias, &mut spare_b)?;
-        let scratch = &mut self.scratch;
+        let scratch = &mut self.scratch[..count];
         with_output(&mut self.tensors, out, [x], |o, [xs]| {
             bf16::linear(
                 dot,

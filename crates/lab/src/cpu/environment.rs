@@ -55,6 +55,8 @@ fn gemm() -> String {
 fn vector_unit() -> &'static str {
     match pulp::Arch::new() {
         #[cfg(target_arch = "x86_64")]
+        pulp::Arch::V4(_) => "AVX-512",
+        #[cfg(target_arch = "x86_64")]
         pulp::Arch::V3(_) => "AVX2+FMA",
         _ => "baseline (no AVX2)",
     }

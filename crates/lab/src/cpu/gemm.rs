@@ -25,8 +25,19 @@ pub fn add_product(
     let x = MatRef::from_row_major_slice(x, m, k);
     let w = MatRef::from_row_major_slice(w, n, k);
     let c = MatMut::from_row_major_slice_mut(c, m, n);
+    let threads = if m * k * n < PARALLEL_MIN_PRODUCTS {
+        1
+    } else {
+        threads
+    };
     faer::linalg::matmul::matmul(c, Accum::Add, x, w.transpose(), 1.0f32, par(threads));
 }
+
+/// Below this many multiply-adds a product runs on the calling thread: waking and joining the
+/// workers costs more than they save. Measured on 2 cores of an AVX-512 EPYC (bench/README.md):
+/// at width 64 (4.2 M a product) the pass took 0.19-0.21 ms on one thread and 0.25 ms on two;
+/// at width 128 (16.8 M) 0.69 ms on one and 0.51 ms on two.
+pub const PARALLEL_MIN_PRODUCTS: usize = 1 << 23;
 
 fn par(threads: usize) -> Par {
     match NonZeroUsize::new(threads) {
