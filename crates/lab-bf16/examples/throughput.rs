@@ -1,4 +1,5 @@
-//! The kernel's single-thread rate on the measurement's two products, in GFLOP/s: a figure for
+//! The kernel's single-thread rate on the measurement's two products, in GFLOP/s, after the
+//! rate of the instruction alone (independent `vdpbf16ps` on registers): figures for
 //! bench/README.md, not a test. `cargo run --release -p lab-bf16 --example throughput [ROWS]`
 //! (ROWS defaults to 128, the band one of 2 threads takes at batch 2 x context 128).
 
@@ -11,6 +12,7 @@ fn main() {
         eprintln!("this CPU has no AVX512_BF16");
         std::process::exit(1);
     };
+    peak();
     let rows: usize = std::env::args()
         .nth(1)
         .map_or(128, |a| a.parse().expect("ROWS is a count of rows"));
@@ -35,3 +37,42 @@ fn main() {
         );
     }
 }
+
+/// 12 independent accumulators, nothing loaded: what one core's `vdpbf16ps` can do.
+#[cfg(target_arch = "x86_64")]
+fn peak() {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    fn run(rounds: usize) -> f32 {
+        let mut acc = [_mm512_setzero_ps(); 12];
+        let ones = _mm512_set1_epi32(0x3f80_3f80);
+        let tiny = _mm512_set1_epi32(0x0001_0001);
+        // SAFETY: 512 bits reinterpreted as 32 bfloat16, their layout.
+        let a = unsafe { std::mem::transmute::<__m512i, __m512bh>(ones) };
+        // SAFETY: as above.
+        let b = unsafe { std::mem::transmute::<__m512i, __m512bh>(tiny) };
+        for _ in 0..rounds {
+            for x in &mut acc {
+                *x = _mm512_dpbf16_ps(*x, a, b);
+            }
+        }
+        _mm512_reduce_add_ps(
+            acc.into_iter()
+                .fold(_mm512_setzero_ps(), |s, x| _mm512_add_ps(s, x)),
+        )
+    }
+
+    let rounds = 20_000_000;
+    let t = Instant::now();
+    // SAFETY: main returned early unless the CPU has AVX-512F and AVX512_BF16.
+    let sink = unsafe { run(rounds) };
+    let seconds = t.elapsed().as_secs_f64();
+    println!(
+        "vdpbf16ps alone: {:.1} GFLOP/s (sum {sink})",
+        (rounds * 12 * 64) as f64 / seconds / 1e9
+    );
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn peak() {}

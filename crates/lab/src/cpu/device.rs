@@ -187,6 +187,17 @@ fn with_output<const N: usize, R>(
     Ok(result)
 }
 
+/// A host allocation outside the allocator that failed: out of memory, naming `what`, with the
+/// allocator's counters at the time.
+fn host_shortage(what: &str, requested: u64, stats: Stats) -> DeviceError {
+    DeviceError::OutOfMemory {
+        what: format!("{what} (host memory outside the allocator)"),
+        requested,
+        allocated: stats.all.allocated.current,
+        reserved: stats.all.reserved.current,
+    }
+}
+
 /// Grows a reused buffer to `len` elements with a fallible allocation; a shortage is an
 /// out-of-memory error naming `what`, with the allocator's counters at the time.
 fn ensure_len(
@@ -198,12 +209,7 @@ fn ensure_len(
     if buffer.len() < len {
         buffer
             .try_reserve_exact(len - buffer.len())
-            .map_err(|_| DeviceError::OutOfMemory {
-                what: format!("{what} (host memory outside the allocator)"),
-                requested: len as u64 * 4,
-                allocated: stats.all.allocated.current,
-                reserved: stats.all.reserved.current,
-            })?;
+            .map_err(|_| host_shortage(what, len as u64 * 4, stats))?;
         buffer.resize(len, 0.0);
     }
     Ok(())
@@ -315,15 +321,10 @@ impl CpuDevice {
             self.scratch.resize_with(count, Scratch::default);
         }
         for s in &mut self.scratch[..count] {
-            s.reserve(band, n, k)
-                .map_err(|_| DeviceError::OutOfMemory {
-                    what: "a thread's bfloat16 scratch (host memory outside the allocator)"
-                        .to_string(),
-                    requested: (Scratch::x_words(band, k) + Scratch::sum_floats(band, n, k)) as u64
-                        * 4,
-                    allocated: stats.all.allocated.current,
-                    reserved: stats.all.reserved.current,
-                })?;
+            s.reserve(band, n, k).map_err(|_| {
+                let words = Scratch::x_words(band, k) + Scratch::sum_floats(band, n, k);
+                host_shortage("a thread's bfloat16 scratch", words as u64 * 4, stats)
+            })?;
         }
         let (mut spare_w, mut spare_b) = (None, Vec::new());
         let w = Self::packed_or(&self.tensors, &self.packed, weight, &mut spare_w)?;
@@ -348,14 +349,11 @@ impl CpuDevice {
 fn pack(tensors: &TensorPool<HostSegments>, t: &Tensor) -> Result<PackedWeights, DeviceError> {
     let values: &[u16] = bytemuck::cast_slice(bytes(tensors, t)?);
     PackedWeights::new(values, t.rows, t.cols).map_err(|_| {
-        let stats = tensors.stats();
-        DeviceError::OutOfMemory {
-            what: "the packed bfloat16 copy of a parameter (host memory outside the allocator)"
-                .to_string(),
-            requested: PackedWeights::bytes(t.rows, t.cols),
-            allocated: stats.all.allocated.current,
-            reserved: stats.all.reserved.current,
-        }
+        host_shortage(
+            "the packed bfloat16 copy of a parameter",
+            PackedWeights::bytes(t.rows, t.cols),
+            tensors.stats(),
+        )
     })
 }
 
