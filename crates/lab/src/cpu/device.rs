@@ -597,14 +597,15 @@ mod tests {
 
     #[test]
     fn half_precision_linear_rounds_the_float32_result_of_the_rounded_operands() {
-        let (m, k, n) = (4, 9, 6);
-        let (xs, ws, bs) = (pattern(m * k, 1), pattern(n * k, 2), pattern(n, 3));
-        // bfloat16 on its own instructions where the CPU has them, and widened.
+        // bfloat16 on its own instructions where the CPU has them, and widened; a one-row
+        // weight is not packed at upload (it could be a bias), so it is packed per product.
         let paths = [bf16::instructions(), None];
-        for (dtype, native) in [DType::Float16, DType::Bfloat16]
-            .into_iter()
-            .flat_map(|d| paths.map(|p| (d, p)))
-        {
+        for ((m, k, n), dtype, native) in [(4, 9, 6), (3, 5, 1)].into_iter().flat_map(|shape| {
+            [DType::Float16, DType::Bfloat16]
+                .into_iter()
+                .flat_map(move |d| paths.map(move |p| (shape, d, p)))
+        }) {
+            let (xs, ws, bs) = (pattern(m * k, 1), pattern(n * k, 2), pattern(n, 3));
             for threads in [1, 2] {
                 let mut d = device(threads);
                 d.bf16 = native;
