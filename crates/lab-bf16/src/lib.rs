@@ -213,9 +213,12 @@ pub struct PackedWeights {
 }
 
 impl PackedWeights {
-    /// Bytes the packed form of `n x k` weights takes (what a memory plan counts).
+    /// Bytes the packed form of `n x k` weights takes (what a memory plan counts); it
+    /// saturates rather than wraps, so that an absurd shape reads as too large to plan.
     pub fn bytes(n: usize, k: usize) -> u64 {
-        (n.div_ceil(PANEL_COLUMNS) * PANEL_COLUMNS * pairs(k) * 4) as u64
+        (n.div_ceil(PANEL_COLUMNS) as u64 * PANEL_COLUMNS as u64)
+            .saturating_mul(pairs(k) as u64)
+            .saturating_mul(4)
     }
 
     /// Packs `w` (`n x k` bfloat16 bits, row-major), allocating with a fallible reservation.
@@ -224,7 +227,7 @@ impl PackedWeights {
     /// If `w` holds fewer than `n * k` values.
     pub fn new(w: &[u16], n: usize, k: usize) -> Result<PackedWeights, TryReserveError> {
         assert!(w.len() >= n * k, "w: {} < {n} x {k}", w.len());
-        let len = PackedWeights::bytes(n, k) as usize / 4;
+        let len = usize::try_from(PackedWeights::bytes(n, k) / 4).unwrap_or(usize::MAX);
         let mut words = Vec::new();
         words.try_reserve_exact(len)?;
         let total_pairs = pairs(k);
