@@ -91,11 +91,13 @@ mod tests {
 
     #[test]
     fn scratch_counts_the_larger_need_of_each_buffer() {
-        // 128 rows a thread: the first Linear's k (1024) fits one block, so only the second
-        // (k 4096, n 1024) keeps sums; its activations block is the larger too.
+        // 128 rows a thread: both k (1024 and 4096) fit one block, so no sums are kept; the
+        // second Linear's activations block is the larger.
+        assert_eq!(scratch_bytes(256, 1024, 4096, 2), 2 * 4 * 132 * 2048);
+        // Width 2048: the second Linear's k (8192) spans two blocks and keeps its sums.
         assert_eq!(
-            scratch_bytes(256, 1024, 4096, 2),
-            2 * 4 * (132 * 512 + 128 * 1024) as u64
+            scratch_bytes(256, 2048, 8192, 2),
+            2 * 4 * (132 * 2048 + 128 * 2048) as u64
         );
         // Width 64: one band of 256 rows, k 256 at most.
         assert_eq!(scratch_bytes(256, 64, 256, 2), 4 * 264 * 128);
@@ -108,7 +110,7 @@ mod tests {
             return;
         };
         // Products above the threshold, so that the bands are split; k over one block.
-        for (m, k, n) in [(37, 1500, 160), (100, 300, 300)] {
+        for (m, k, n) in [(37, 4200, 60), (100, 300, 300)] {
             let x: Vec<u16> = (0..m * k).map(|i| 0x3f00 + (i % 97) as u16).collect();
             let w: Vec<u16> = (0..n * k).map(|i| 0xbe80 + (i % 89) as u16).collect();
             let bias = vec![0.25f32; n];

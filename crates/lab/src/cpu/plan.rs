@@ -252,13 +252,13 @@ mod tests {
         let params = plan.synthetic_model().parameter_count;
         if bf16::instructions().is_some() {
             // Both weights packed (4096 x 1024 in whole panels, two bfloat16 to a word), the
-            // biases widened; two threads' scratch: 132 rows (whole 12-row tiles) x 512 pairs
-            // of activations, and the second Linear's float32 sums (its k spans 4 blocks).
+            // biases widened; two threads' scratch: 132 rows (whole 12-row tiles) x 2048 pairs
+            // of activations (the second Linear's k, 4096, in one block: no float32 sums).
             assert_eq!(
                 q.widened_parameters_bytes,
                 2 * 4096 * 1024 * 2 + 4 * (4096 + 1024)
             );
-            assert_eq!(q.product_buffers_bytes, 2 * 4 * (132 * 512 + 128 * 1024));
+            assert_eq!(q.product_buffers_bytes, 2 * 4 * 132 * 2048);
             let e = q.check(Some(0), 1.0, None).unwrap_err().to_string();
             assert!(
                 e.contains("packed bfloat16 weights and float32 biases"),
