@@ -24,9 +24,9 @@ use lab_bf16::{Bf16Dot, PackedWeights, Scratch};
 /// [`crate::cpu::HostMemoryPlan`]): for float16 and bfloat16, a float32 copy of every uploaded
 /// tensor (the parameters, widened once at load instead of on every pass) and two float32
 /// buffers for the operands and results of the products, kept across passes so that no pass
-/// maps fresh pages; on AVX512_BF16, bfloat16 weights packed once at load instead, the float32
-/// result buffer and one packing scratch per thread; and the GEMM's packing buffer (see the
-/// `gemm` module). float32 needs none of the buffers: products read and write the tensors' own
+/// maps fresh pages; on AVX512_BF16, bfloat16 weights packed once at load instead and one
+/// scratch per thread (packed activations, float32 sums for a long `k`); and the GEMM's packing
+/// buffer (see the `gemm` module). float32 needs none of the buffers: products read and write the tensors' own
 /// blocks.
 pub struct CpuDevice {
     tensors: TensorPool<HostSegments>,
