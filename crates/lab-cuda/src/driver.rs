@@ -94,6 +94,12 @@ type ElapsedFn = unsafe extern "C" fn(*mut f32, CUevent, CUevent) -> CuResult;
 type UuidFn = unsafe extern "C" fn(*mut [u8; 16], CuDevice) -> CuResult;
 type ErrorNameFn = unsafe extern "C" fn(CuResult, *mut *const c_char) -> CuResult;
 
+/// The most GPUs on one host that this tool believes a driver about. Rented hosts hold 8 (HGX,
+/// MI300X platforms) and the largest PCIe servers 16 or 20; a count far beyond that is a broken
+/// or hostile driver, and every per-GPU step (and the per-pair peer checks, which grow with the
+/// count's square) would multiply its cost.
+pub const MAX_DEVICES: usize = 64;
+
 /// An opened, initialised driver with every function this tool calls.
 pub struct Driver {
     api: Api,
@@ -261,13 +267,20 @@ impl Driver {
         }
     }
 
-    /// Devices visible to this process.
+    /// Devices visible to this process, at most [`MAX_DEVICES`]: a larger (or negative) count is
+    /// refused before any caller loops over it.
     pub fn device_count(&self) -> Result<usize, CudaError> {
         let mut n: c_int = 0;
         // SAFETY: valid out-pointer; the driver is initialised.
         let rc = unsafe { (self.api.device_get_count)(&mut n) };
         self.check("cuDeviceGetCount", rc)?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        match usize::try_from(n) {
+            Ok(count) if count <= MAX_DEVICES => Ok(count),
+            _ => Err(CudaError::ImplausibleDeviceCount {
+                count: i64::from(n),
+                max: MAX_DEVICES,
+            }),
+        }
     }
 
     /// The device handle of `ordinal`, after checking it exists.

@@ -121,6 +121,18 @@ pub enum CudaError {
         /// What was tried, in a few words.
         tried: String,
     },
+    /// The driver claims more GPUs than any host holds: its answer is not trusted, and no
+    /// per-GPU work (whose cost grows with the count, and with its square for peer pairs) starts.
+    #[error(
+        "the NVIDIA driver claims {count} visible GPUs; no host holds more than {max}, so the \
+         answer is not trusted and no GPU was queried; check `nvidia-smi` and CUDA_VISIBLE_DEVICES"
+    )]
+    ImplausibleDeviceCount {
+        /// What cuDeviceGetCount said.
+        count: i64,
+        /// [`crate::driver::MAX_DEVICES`].
+        max: usize,
+    },
     /// A driver call failed at run time.
     #[error("{call} failed: {name} (code {code}){}", memory_hint(*.code))]
     Driver {
@@ -158,7 +170,10 @@ impl CudaError {
     pub fn is_unavailable(&self) -> bool {
         !matches!(
             self,
-            CudaError::Driver { .. } | CudaError::Cublas { .. } | CudaError::Kernels { .. }
+            CudaError::Driver { .. }
+                | CudaError::Cublas { .. }
+                | CudaError::Kernels { .. }
+                | CudaError::ImplausibleDeviceCount { .. }
         )
     }
 }

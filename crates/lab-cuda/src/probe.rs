@@ -632,7 +632,15 @@ fn copy_figures(
     };
     // Every page written before timing, so no copy pays for page faults.
     pinned.bytes_mut().fill(0xa5);
-    let mut pageable = vec![0x5au8; len];
+    let Some(mut pageable) = lab::cpu::filled_buffer(len, 0x5a) else {
+        skip_all(
+            copies,
+            FigureStatus::Skipped,
+            format!("no room in host memory for a pageable buffer of {bytes} bytes"),
+            left,
+        );
+        return;
+    };
     for copy in copies.iter_mut() {
         let budget = slice(deadline - clock.now(), *left);
         *left = left.saturating_sub(1);

@@ -44,8 +44,8 @@ pub const COLUMNS: [&str; 10] = [
 ];
 
 /// The largest catalogue file read, in bytes (32 MiB: the bundled 45 rows take 11 KB, and 100,000
-/// rows with long sources about 25 MB). A larger file, or an endless one such as `/dev/zero`, is
-/// refused after reading at most this much.
+/// rows with long sources about 25 MB). A larger file is refused by its size; a reader with no
+/// end (devices and FIFOs are refused as paths before that) after reading at most this much.
 pub const MAX_CATALOGUE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// The column that `vendor_memory_gb` replaced, recognised so that an old file gets advice.
@@ -344,12 +344,12 @@ impl Catalogue {
     /// Loads and validates a catalogue file; messages name it by the path as given.
     pub fn from_path(path: &Path) -> Result<Catalogue, CatalogueError> {
         let file = path.display().to_string();
-        let reader = std::fs::File::open(path).map_err(|reason| CatalogueError::Read {
+        let reader = crate::files::open_input(path).map_err(|reason| CatalogueError::Read {
             file: file.clone(),
             reason,
         })?;
-        // A regular file says its size: refuse a large one without reading it. Devices and pipes
-        // do not, and are bounded by the read in `from_reader`.
+        // A regular file (the only kind `open_input` lets through) says its size: refuse a large
+        // one without reading it.
         if let Ok(meta) = reader.metadata()
             && meta.is_file()
             && meta.len() > MAX_CATALOGUE_BYTES

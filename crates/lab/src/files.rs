@@ -11,10 +11,17 @@
 //! the writer's process id, and it is only removed when that process is gone and nobody holds the
 //! lock every writer keeps on its temporary file.
 //!
-//! **Inputs** are read within a stated limit ([`read_bounded`]): a file over it is refused with a
-//! sentence naming the file and the limit, never read into memory whole.
+//! **Inputs** are opened by [`open_input`]: only a regular file (or a link to one) is read; a
+//! FIFO, a device, a socket or a folder is refused with a sentence, and the open itself never
+//! blocks (a FIFO with no writer would otherwise hang the command). They are read within a
+//! stated limit ([`read_bounded`]): a file over it is refused with a sentence naming the file and
+//! the limit, never read into memory whole.
+//!
+//! Stale temporary files are only ever opened when they are regular files, without following a
+//! link and without blocking: anyone who can write in a shared folder can plant a FIFO or a link
+//! under a temporary file's name, and a writer must still finish its own work.
 
-use std::fs::{File, OpenOptions};
+use std::fs::{File, FileType, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -351,14 +358,78 @@ pub fn clean_stale(folder: &Path) -> usize {
         if pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists() {
             continue;
         }
-        let Ok(file) = File::open(entry.path()) else {
+        // Only a regular file can be one of ours: a FIFO, a link or a folder under that name is
+        // someone else's and is left alone (opening a FIFO would block this writer forever).
+        if !entry.path().symlink_metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        let Ok(file) = open_no_follow(&entry.path()) else {
             continue;
         };
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
         if file.try_lock().is_ok() && std::fs::remove_file(entry.path()).is_ok() {
             removed += 1;
         }
     }
     removed
+}
+
+/// Opens `path` for reading without following a final symbolic link and without blocking.
+fn open_no_follow(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(
+        &mut options,
+        libc::O_NOFOLLOW | libc::O_NONBLOCK,
+    );
+    options.open(path)
+}
+
+/// What a path that is no regular file is, in words.
+fn kind_of(file_type: FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if file_type.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if file_type.is_char_device() || file_type.is_block_device() {
+            return "a device";
+        }
+        if file_type.is_socket() {
+            return "a socket";
+        }
+    }
+    if file_type.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens an input that must be a regular file (a link to one is followed): a FIFO, a device, a
+/// socket or a folder is refused with an error of kind `InvalidInput` that says what it is. The
+/// open does not block, so a FIFO with no writer cannot hang the command.
+pub fn open_input(path: &Path) -> std::io::Result<File> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path)?;
+    let file_type = file.metadata()?.file_type();
+    if file_type.is_file() {
+        return Ok(file);
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!(
+            "it is {}, not a regular file; give a regular file",
+            kind_of(file_type)
+        ),
+    ))
 }
 
 /// Why an input file was not read.
@@ -411,11 +482,11 @@ pub fn human_bytes(n: u64) -> String {
     }
 }
 
-/// Reads the file at `path` whole, refusing it when it holds more than `limit` bytes (a regular
-/// file by its size, before reading; anything else, such as a device or a pipe, after `limit`
-/// bytes). `what` names the kind of file in the refusal: "a measurement document".
+/// Reads the regular file at `path` whole (see [`open_input`]), refusing it when it holds more
+/// than `limit` bytes, by its size before reading. `what` names the kind of file in the refusal:
+/// "a measurement document".
 pub fn read_bounded(path: &Path, limit: u64, what: &'static str) -> Result<Vec<u8>, InputError> {
-    let file = File::open(path).map_err(|e| InputError::io(path, &e))?;
+    let file = open_input(path).map_err(|e| InputError::io(path, &e))?;
     read_bounded_from(file, path, limit, what)
 }
 
@@ -609,15 +680,84 @@ mod tests {
                 p.display()
             )
         );
-        // A device with no end is cut at the limit, not read forever.
+        // A device is no input file: refused by what it is, before any byte is read.
         let err = read_bounded(Path::new("/dev/zero"), 4096, "a test file").unwrap_err();
-        assert!(
-            matches!(err, InputError::TooLarge { limit: 4096, .. }),
-            "{err}"
+        assert_eq!(
+            err.to_string(),
+            "could not read /dev/zero: it is a device, not a regular file; give a regular file"
         );
         let err = read_bounded(&dir.path().join("none"), 1, "x").unwrap_err();
         assert!(err.is_not_found(), "{err}");
         assert_eq!(err.to_string().matches("os error").count(), 1);
+    }
+
+    fn mkfifo(path: &Path) {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    #[test]
+    fn a_fifo_under_a_stale_temporary_name_is_left_alone_and_the_writer_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        // A dead writer's id: the FIFO looks stale by its name alone.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let fifo = dir.path().join(format!("{TMP_PREFIX}{dead}-0{TMP_SUFFIX}"));
+        mkfifo(&fifo);
+        // A link under such a name, to a FIFO elsewhere, and to a regular file: neither is ours.
+        let elsewhere = tempfile::tempdir().unwrap();
+        let far_fifo = elsewhere.path().join("f");
+        mkfifo(&far_fifo);
+        let to_fifo = dir.path().join(format!("{TMP_PREFIX}{dead}-1{TMP_SUFFIX}"));
+        std::os::unix::fs::symlink(&far_fifo, &to_fifo).unwrap();
+        let far_file = elsewhere.path().join("keep.txt");
+        std::fs::write(&far_file, b"keep").unwrap();
+        let to_file = dir.path().join(format!("{TMP_PREFIX}{dead}-2{TMP_SUFFIX}"));
+        std::os::unix::fs::symlink(&far_file, &to_file).unwrap();
+        // The write runs on another thread so that a hang fails the test instead of stalling it.
+        let target = dir.path().join("m.json");
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = target.clone();
+        std::thread::spawn(move || tx.send(write_new(&t, b"{}").map(|_| ())).unwrap());
+        let result = rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .expect("the writer hung on a FIFO named like a stale temporary file");
+        result.unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"{}");
+        assert_eq!(clean_stale(dir.path()), 0);
+        assert!(fifo.symlink_metadata().is_ok());
+        assert!(to_fifo.symlink_metadata().is_ok() && to_file.symlink_metadata().is_ok());
+        assert_eq!(std::fs::read(&far_file).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn only_regular_files_are_inputs_and_opening_a_fifo_does_not_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("doc.json");
+        mkfifo(&fifo);
+        let link = dir.path().join("link.json");
+        std::os::unix::fs::symlink(&fifo, &link).unwrap();
+        for path in [&fifo, &link] {
+            let err = read_bounded(path, 1024, "a test file").unwrap_err();
+            assert!(
+                err.to_string().ends_with(
+                    "it is a FIFO (named pipe), not a regular file; give a regular file"
+                ),
+                "{err}"
+            );
+        }
+        let err = read_bounded(dir.path(), 1024, "a test file").unwrap_err();
+        assert!(err.to_string().contains("it is a folder"), "{err}");
+        // A link to a regular file is followed.
+        let real = dir.path().join("real.json");
+        std::fs::write(&real, b"{}").unwrap();
+        let to_real = dir.path().join("to-real.json");
+        std::os::unix::fs::symlink(&real, &to_real).unwrap();
+        assert_eq!(read_bounded(&to_real, 1024, "a test file").unwrap(), b"{}");
     }
 
     #[test]

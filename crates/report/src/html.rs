@@ -9,7 +9,7 @@ use sweep::summary::{Row, Status};
 
 use crate::charts::{self, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
 use crate::load::{Inputs, Probe, ReportError, Run, Sweep};
-use crate::units::{bytes, bytes_unit, flops_unit, tick};
+use crate::units::{bytes, bytes_unit, figure as number, flops_unit, tick};
 
 /// What the page says about itself.
 #[derive(Debug, Clone)]
@@ -436,17 +436,18 @@ fn probe_row(
 ) {
     let (reference, percent, class) = match r {
         Some(r) => (
-            format!("{:.1} {unit}", r.value),
-            format!("{:.1}%", r.percent),
+            format!("{} {unit}", number(r.value, 1)),
+            format!("{}%", number(r.percent, 1)),
             if r.below_threshold { "num bad" } else { "num" },
         ),
         None => ("-".to_string(), "-".to_string(), "num"),
     };
     let _ = writeln!(
         rows,
-        "<tr><td>{}</td><td>{}</td><td class=\"num\">{value:.1} {unit}</td><td class=\"num\">{}</td><td class=\"{class}\">{}</td></tr>",
+        "<tr><td>{}</td><td>{}</td><td class=\"num\">{} {unit}</td><td class=\"num\">{}</td><td class=\"{class}\">{}</td></tr>",
         escape(device),
         escape(figure),
+        number(value, 1),
         escape(&reference),
         escape(&percent)
     );

@@ -54,6 +54,17 @@ pub(crate) fn tick(v: f64) -> String {
     }
 }
 
+/// A measured figure for a table cell: `decimals` places while it is below ten million, else
+/// scientific notation. A document is only JSON: nothing stops it holding 1e308, whose fixed
+/// notation (309 digits) would break the table's layout.
+pub(crate) fn figure(v: f64, decimals: usize) -> String {
+    if v.is_finite() && v.abs() < 1e7 {
+        format!("{v:.decimals$}")
+    } else {
+        format!("{v:.3e}")
+    }
+}
+
 /// Bytes with a binary prefix, for tables.
 pub(crate) fn bytes(b: u64) -> String {
     let u = bytes_unit(b as f64);
@@ -82,5 +93,14 @@ mod tests {
         assert_eq!(tick(2.5e-7), "2.5e-7");
         assert_eq!(bytes(132_608), "129.50 KiB");
         assert_eq!(bytes(100), "100 B");
+    }
+
+    #[test]
+    fn absurd_figures_stay_short_in_tables() {
+        assert_eq!(figure(1234.567, 1), "1234.6");
+        assert_eq!(figure(9_999_999.0, 1), "9999999.0");
+        assert_eq!(figure(1e308, 1), "1.000e308");
+        assert_eq!(figure(-1e308, 1), "-1.000e308");
+        assert_eq!(figure(f64::INFINITY, 1), "inf");
     }
 }

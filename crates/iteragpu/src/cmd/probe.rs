@@ -45,11 +45,16 @@ product under 50% of its datasheet figure is a warning, as is a GPU more than 10
 of its lot. Pageable copies are reported, not judged. --device cpu times host memcpy only: a
 labelled host figure that lets the document and the report be checked without a GPU.
 The run takes at most --seconds per GPU (one GPU after the other; with --concurrent all at
-once), plus the set-up; with two GPUs or more a fifth of it goes to the peer copies. The output
-file must not exist; it is written whole or not at all. Exit codes: 0 every figure measured (or
-skipped for a stated reason) and at least one measured per device, 1 a figure failed or a device
-measured nothing (the file is still written), 2 bad options, an
-existing --output, or no usable GPU (nothing is written).")]
+once), plus the set-up, which the budget does not include: loading the driver, and writing every
+page of the two --copy-bytes buffers before any copy is timed (--copy-bytes 4GiB took 23 s on a
+2-core virtual machine, whatever --seconds said); with two GPUs or more
+a fifth of it goes to the peer copies. The two host buffers (2 x --copy-bytes) must fit in the
+host's available memory, within any cgroup limit, or the probe is refused before it starts. The
+output file must not exist; it is written whole or not at all. Exit codes: 0 every figure
+measured (or skipped for a stated reason) and at least one measured per device, 1 a figure
+failed or a device measured nothing (the file is still written), or copy buffers that would not
+fit in host memory (nothing is written), 2 bad options, an existing --output, or no usable GPU
+(nothing is written).")]
 pub struct Args {
     /// `all` (every GPU), a list such as `cuda:0,1`, one `cuda:N`, or `cpu` (host memcpy only).
     #[arg(long, default_value = "all")]
@@ -142,6 +147,10 @@ impl ProbeProgress for Lines {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Refused before anything else: an existing file is never touched.
     files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
+    // The two host buffers, against the host's memory (and any cgroup limit), as `measure`'s
+    // pre-flight does: refused with a sentence, never allocated to be killed for.
+    lab::probe::check_copy_buffers(args.copy_bytes, lab::cpu::available_host_bytes())
+        .map_err(|e| anyhow::anyhow!("would not fit: {e}; nothing was written"))?;
     let datasheet = datasheet(args.datasheet.as_deref())?;
     let started = Instant::now();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();

@@ -343,7 +343,7 @@ fn claim_folder(dir: &Path) -> anyhow::Result<Claim> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .unwrap_or_default();
         if name == CLAIM_FILE {
-            let held = std::fs::File::open(&path).is_ok_and(|f| f.try_lock().is_err());
+            let held = lab::files::open_input(&path).is_ok_and(|f| f.try_lock().is_err());
             return Err(not_empty(if held {
                 "another sweep is writing into it now".to_string()
             } else {

@@ -573,3 +573,49 @@ fn package_and_device_mistakes_are_usage_errors() {
         .assert()
         .code(2);
 }
+
+/// Issue 27: a driver that claims 10,000 GPUs (the per-GPU and per-pair work once took over
+/// 120 s and 6.6 GB) is not believed: the lot report and the probe end at once with a sentence
+/// naming the count and the bound, before any per-GPU query.
+#[test]
+fn a_driver_claiming_thousands_of_gpus_is_not_believed() {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2"]).nvml().cublas("");
+    let dir = tempfile::tempdir().unwrap();
+    let said = "the NVIDIA driver claims 10000 visible GPUs; no host holds more than 64";
+    for args in [
+        vec!["environment", "--device", "all", "--json"],
+        vec!["environment", "--device", "cuda:0", "--json"],
+        vec![
+            "probe",
+            "--device",
+            "all",
+            "--seconds",
+            "1",
+            "--output",
+            "p.json",
+        ],
+    ] {
+        let started = std::time::Instant::now();
+        let out = iteragpu(libs.path())
+            .current_dir(dir.path())
+            .env("STUB_DEVICE_COUNT", "10000")
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(matches!(out.status.code(), Some(0..=2)), "{args:?}: {text}");
+        assert!(text.contains(said), "{args:?}: {text}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(!dir.path().join("p.json").exists());
+}

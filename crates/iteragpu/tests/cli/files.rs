@@ -3,6 +3,7 @@
 //! exit 2 and nothing written; temporary files never outlive a run; an I/O error is said once,
 //! without the working folder; an input over its stated limit is refused by name.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
 use assert_cmd::Command;
@@ -263,13 +264,14 @@ fn inputs_over_their_limit_are_refused_by_name() {
         .stderr(predicate::str::contains(
             "big.json is larger than 16 MiB, the limit for a measurement document",
         ));
+    // A device is no document: refused by what it is, before a byte is read.
     iteragpu()
         .current_dir(dir.path())
         .args(["report", "/dev/zero", "--output", "r.html"])
         .assert()
         .code(1)
         .stderr(predicate::str::contains(
-            "/dev/zero is larger than 16 MiB, the limit for a measurement document",
+            "could not read /dev/zero: it is a device, not a regular file",
         ));
     assert!(!dir.path().join("r.html").exists());
     sparse("grid.csv", (64 << 20) + 1);
@@ -319,4 +321,208 @@ fn a_refused_command_line_is_quoted_without_control_characters() {
         .assert()
         .success()
         .stdout(predicate::str::contains("Per rental"));
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success(), "mkfifo {}", path.display());
+}
+
+/// A process id no process has (pid_max is at most 2^22): a temporary file named after it looks
+/// stale to every writer.
+fn dead_pid() -> u32 {
+    let pid = 4_000_000;
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
+    pid
+}
+
+/// Issue 27, item 1: any local user can plant a FIFO (or a link to one) under a stale temporary
+/// file's name in a shared folder. Every writer in that folder still finishes, within seconds,
+/// and leaves the FIFO alone (`record` once hung holding the grid's lock, freezing the ledger).
+#[test]
+fn a_fifo_named_like_a_stale_temporary_file_hangs_no_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    small_measurement(d);
+    let protocol = super::ledger::locked_protocol(d);
+    let pid = dead_pid();
+    let fifo = d.join(format!(".iteragpu-{pid}-0.tmp"));
+    mkfifo(&fifo);
+    let far = tempfile::tempdir().unwrap();
+    mkfifo(&far.path().join("f"));
+    let link = d.join(format!(".iteragpu-{pid}-1.tmp"));
+    std::os::unix::fs::symlink(far.path().join("f"), &link).unwrap();
+    let grid = d.join("results.csv");
+    let commands: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
+        (
+            "measure",
+            ["measure", "--device", "cpu", "--output", "x.json"]
+                .map(Into::into)
+                .to_vec(),
+        ),
+        (
+            "probe",
+            [
+                "probe",
+                "--device",
+                "cpu",
+                "--seconds",
+                "0.2",
+                "--copy-bytes",
+                "1MiB",
+                "--output",
+                "p.json",
+            ]
+            .map(Into::into)
+            .to_vec(),
+        ),
+        (
+            "report",
+            ["report", "m.json", "--output", "r.html"]
+                .map(Into::into)
+                .to_vec(),
+        ),
+        ("kit", ["kit", "--output", "k.zip"].map(Into::into).to_vec()),
+        (
+            "protocol init",
+            ["protocol", "init", "new-protocol.txt"]
+                .map(Into::into)
+                .to_vec(),
+        ),
+        (
+            "record",
+            vec![
+                "record".into(),
+                "--results".into(),
+                grid.clone().into(),
+                "--protocol".into(),
+                protocol.clone().into(),
+                "--measurement".into(),
+                "m.json".into(),
+                "--rental".into(),
+                "r".into(),
+                "--package".into(),
+                "b200:7:1".into(),
+                "--submitted".into(),
+                "1".into(),
+                "--accepted".into(),
+                "1".into(),
+                "--allow-device-mismatch".into(),
+            ],
+        ),
+    ];
+    for (name, args) in commands {
+        let started = std::time::Instant::now();
+        let out = iteragpu()
+            .current_dir(d)
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(60))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+        assert!(
+            fifo.symlink_metadata().unwrap().file_type().is_fifo(),
+            "{name} touched the FIFO"
+        );
+        assert!(
+            link.symlink_metadata().unwrap().file_type().is_symlink(),
+            "{name} touched the link"
+        );
+    }
+    // `protocol lock` writes its lock file beside the protocol.
+    iteragpu()
+        .current_dir(d)
+        .args(["protocol", "lock", "protocol.txt"])
+        .timeout(std::time::Duration::from_secs(30))
+        .assert()
+        .code(predicate::in_iter([0, 1, 2]));
+    assert!(fifo.symlink_metadata().is_ok());
+}
+
+/// Issue 27: a FIFO (or a device, or a folder) given where a file is read is refused at once with
+/// a sentence saying what it is; opening a FIFO with no writer once blocked `report`, `record` and
+/// `verify` forever.
+#[test]
+fn a_fifo_given_as_an_input_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    small_measurement(d);
+    let protocol = super::ledger::locked_protocol(d);
+    mkfifo(&d.join("doc.json"));
+    mkfifo(&d.join("grid.csv"));
+    mkfifo(&d.join("tariffs.csv"));
+    let said = "it is a FIFO (named pipe), not a regular file";
+    let refusals: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
+        (
+            "report",
+            ["report", "doc.json", "--output", "r.html"]
+                .map(Into::into)
+                .to_vec(),
+        ),
+        (
+            "record's measurement",
+            vec![
+                "record".into(),
+                "--results".into(),
+                "new.csv".into(),
+                "--protocol".into(),
+                protocol.clone().into(),
+                "--measurement".into(),
+                "doc.json".into(),
+                "--rental".into(),
+                "r".into(),
+                "--package".into(),
+                "b200:7:1".into(),
+                "--submitted".into(),
+                "1".into(),
+                "--accepted".into(),
+                "1".into(),
+            ],
+        ),
+        (
+            "cost",
+            ["cost", "--results", "grid.csv"].map(Into::into).to_vec(),
+        ),
+        (
+            "price --catalogue",
+            ["price", "--list", "--catalogue", "tariffs.csv"]
+                .map(Into::into)
+                .to_vec(),
+        ),
+    ];
+    for (name, args) in refusals {
+        let started = std::time::Instant::now();
+        let out = iteragpu()
+            .current_dir(d)
+            .args(&args)
+            .timeout(std::time::Duration::from_secs(20))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            matches!(out.status.code(), Some(1 | 2)),
+            "{name}: {:?} {stderr}",
+            out.status
+        );
+        assert!(stderr.contains(said), "{name}: {stderr}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{name} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert!(!d.join("r.html").exists() && !d.join("new.csv").exists());
 }

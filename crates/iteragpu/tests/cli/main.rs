@@ -16,6 +16,7 @@ mod price;
 mod probe;
 mod readme;
 mod report;
+mod sizes;
 mod sweep;
 
 mod measure;

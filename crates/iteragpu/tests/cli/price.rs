@@ -388,12 +388,12 @@ fn faulty_catalogues_exit_1_naming_file_row_and_column() {
             )))
             .stderr(predicate::str::contains(says));
     }
-    // An endless file is refused at the stated bound, not read to the end (it read 3.2 GB).
+    // An endless device is refused by what it is, before any byte is read (it once read 3.2 GB).
     price(&["--catalogue", "/dev/zero", "--list"])
         .code(1)
         .stdout(predicate::str::is_empty())
         .stderr(predicate::str::contains(
-            "the catalogue /dev/zero is larger than 33554432 bytes (32 MiB), the largest accepted",
+            "cannot read the catalogue /dev/zero: it is a device, not a regular file; give a regular file",
         ));
     price(&["--catalogue", "/nonexistent/tariffs.csv", "--list"])
         .code(1)

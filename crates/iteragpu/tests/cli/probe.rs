@@ -548,3 +548,45 @@ fn the_json_on_stdout_is_the_document_written() {
         .remove("gb_per_s");
     assert!(!schema_errors(&missing).is_empty());
 }
+
+/// Issue 27 (decided and documented in `probe --help` and the README): `--seconds` bounds the
+/// timed samples, not the set-up. Writing two 1 GiB buffers takes longer than the 0.1 s budget
+/// on any machine, and the document's elapsed time, which includes the set-up, says so.
+#[test]
+fn the_time_budget_bounds_the_samples_not_the_set_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("p.json");
+    let run = assert_cmd::Command::cargo_bin("iteragpu")
+        .unwrap()
+        .args([
+            "probe",
+            "--device",
+            "cpu",
+            "--seconds",
+            "0.1",
+            "--copy-bytes",
+            "1GiB",
+        ])
+        .arg("--output")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(matches!(run.status.code(), Some(0 | 1)), "{run:?}");
+    let doc = read(&out);
+    let budget = doc["configuration"]["seconds_per_gpu"].as_f64().unwrap();
+    let elapsed = doc["devices"][0]["elapsed_seconds"].as_f64().unwrap();
+    assert!(elapsed > budget, "{elapsed} s within the {budget} s budget");
+    let help = assert_cmd::Command::cargo_bin("iteragpu")
+        .unwrap()
+        .args(["probe", "--help"])
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&help.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .contains("plus the set-up, which the budget does not include"),
+        "the help does not say it"
+    );
+}

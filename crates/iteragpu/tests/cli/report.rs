@@ -134,6 +134,49 @@ fn text_from_documents_is_escaped() {
     assert!(html.contains("&lt;img src=x onerror=alert(1)&gt;.json"));
 }
 
+/// Issue 27: a probe document is JSON, and nothing in JSON stops a figure of 1e308; its table
+/// cell stays short (scientific notation) instead of a 309-digit number that breaks the table.
+#[test]
+fn an_absurd_probe_figure_stays_short_in_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "probe",
+            "--device",
+            "cpu",
+            "--seconds",
+            "0.2",
+            "--copy-bytes",
+            "1MiB",
+        ])
+        .args(["--output", "p.json"])
+        .assert()
+        .success();
+    let mut doc: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("p.json")).unwrap()).unwrap();
+    doc["devices"][0]["copies"][0]["gb_per_s"] = serde_json::json!(1e308);
+    std::fs::write(
+        dir.path().join("huge.json"),
+        serde_json::to_vec(&doc).unwrap(),
+    )
+    .unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "huge.json", "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    assert!(
+        html.contains(">1.000e308 GB/s<"),
+        "no short figure in the table"
+    );
+    assert!(
+        !html.contains(&"0".repeat(40)),
+        "a long run of digits is in the page"
+    );
+}
+
 #[test]
 fn refusals() {
     let dir = tempfile::tempdir().unwrap();

@@ -16,6 +16,8 @@ mod threads;
 pub use device::{CpuDevice, CpuOptions};
 pub use environment::{device_environment, environment};
 pub use gelu::gelu32;
-pub use memory::{HostSegments, available_host_bytes, peak_resident_bytes, resident_bytes};
+pub use memory::{
+    HostSegments, available_host_bytes, filled_buffer, peak_resident_bytes, resident_bytes,
+};
 pub use plan::{HostMemoryPlan, HostWouldNotFit};
 pub use threads::physical_cores;

@@ -18,12 +18,18 @@ pub fn probe(
     let setup = Monotonic::start();
     let mut figure = CopyFigure::new(CopyKind::HostMemcpy, "host", "host", copy_bytes);
     let mut error = None;
-    match usize::try_from(copy_bytes) {
-        Ok(len) => {
-            // Every page written first (not zeroed lazily by the OS), so the timed copies do not
-            // include page faults; the budget starts once the buffers are ready.
-            let src = vec![0xa5u8; len];
-            let mut dst = vec![0x5au8; len];
+    // Every page written first (not zeroed lazily by the OS), so the timed copies do not
+    // include page faults; the budget starts once the buffers are ready. The caller checked the
+    // size against the host's memory ([`super::check_copy_buffers`]); the buffers are still
+    // asked for fallibly, since memory can go between the check and now.
+    let buffers = usize::try_from(copy_bytes).ok().and_then(|len| {
+        Some((
+            crate::cpu::filled_buffer(len, 0xa5)?,
+            crate::cpu::filled_buffer(len, 0x5a)?,
+        ))
+    });
+    match buffers {
+        Some((src, mut dst)) => {
             let clock = Monotonic::start();
             let deadline = seconds;
             let result = sample::<std::convert::Infallible>(
@@ -52,8 +58,10 @@ pub fn probe(
                 );
             }
         }
-        Err(_) => {
-            let message = format!("{copy_bytes} bytes do not fit in this machine's address space");
+        None => {
+            let message = format!(
+                "the host could not provide two buffers of {copy_bytes} bytes for the copies"
+            );
             figure.give_up(FigureStatus::Failed, message.clone());
             error = Some(message);
         }
@@ -89,6 +97,23 @@ mod tests {
         assert!(c.note.as_deref().unwrap().contains("not a GPU figure"));
         assert!(c.reference.is_none());
         assert!(d.elapsed_seconds < 10.0);
+    }
+
+    #[test]
+    fn copy_buffers_are_checked_against_the_host_before_they_are_made() {
+        assert!(super::super::check_copy_buffers(1 << 20, Some(2 << 20)).is_ok());
+        assert!(super::super::check_copy_buffers(1 << 20, None).is_ok());
+        let e = super::super::check_copy_buffers((1 << 20) + 1, Some(2 << 20)).unwrap_err();
+        assert_eq!(e.needed, Some((2 << 20) + 2));
+        assert!(
+            e.to_string()
+                .starts_with("--copy-bytes 1048577 needs 2097154 bytes (0.00 GiB) of host memory"),
+            "{e}"
+        );
+        for huge in [1 << 63, u64::MAX] {
+            let e = super::super::check_copy_buffers(huge, None).unwrap_err();
+            assert!(e.to_string().contains("more than 2^64 bytes"), "{e}");
+        }
     }
 
     #[test]

@@ -18,6 +18,48 @@ use crate::lot::{Expectation, Finding, GpuFacts, PeerAccess};
 use crate::stats::Summary;
 use crate::tool::ToolInfo;
 
+/// Why a probe's copy buffers cannot be had on this host: refused before any buffer is made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "--copy-bytes {copy_bytes} needs {} of host memory for its two copy buffers (source and \
+     destination on the CPU; pinned and pageable for a GPU) but {}; choose a smaller \
+     --copy-bytes, such as the default 256MiB",
+    needed.map_or_else(|| "more than 2^64 bytes".to_string(), |n| format!("{n} bytes ({:.2} GiB)", gib(n))),
+    format!("the machine has {available} bytes ({:.2} GiB) available (MemAvailable, within any cgroup memory limit)", gib(*available))
+)]
+pub struct CopyBuffersWouldNotFit {
+    /// The option's value.
+    pub copy_bytes: u64,
+    /// Twice that, where it fits in 64 bits.
+    pub needed: Option<u64>,
+    /// What the host can give a new allocation.
+    pub available: u64,
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 30)
+}
+
+/// Host bytes a probe holds for its copies: two buffers of `copy_bytes` (the CPU's source and
+/// destination; a GPU's pinned and pageable buffers), compared with what the host has
+/// (`available`, as [`crate::cpu::available_host_bytes`] reads it) before anything is allocated.
+/// `None` for `available` (no `/proc`) checks only that the figure fits in 64 bits.
+pub fn check_copy_buffers(
+    copy_bytes: u64,
+    available: Option<u64>,
+) -> Result<(), CopyBuffersWouldNotFit> {
+    let needed = copy_bytes.checked_mul(2);
+    let room = available.unwrap_or(u64::MAX);
+    match needed {
+        Some(n) if n <= room && usize::try_from(copy_bytes).is_ok() => Ok(()),
+        _ => Err(CopyBuffersWouldNotFit {
+            copy_bytes,
+            needed,
+            available: room,
+        }),
+    }
+}
+
 /// Schema identifier of probe documents; bumped on any incompatible change.
 pub const PROBE_SCHEMA: &str = "iteragpu.probe/1";
 
