@@ -180,6 +180,17 @@ pub enum LedgerError {
         /// The longest notes accepted, in characters.
         max: usize,
     },
+    /// The grid with the new row would be larger than any reader of it accepts
+    /// ([`crate::grid::GRID_LIMIT`]): refused before anything is written.
+    #[error("{} would be {size} bytes with this row, over the {} MiB ({limit} bytes) a results grid may hold, which `record` and `cost` refuse to read; the grid is unchanged: record this run and the next ones in a new grid, --results NEW.csv with a file that does not exist yet (it is created with the header)", path.display(), .limit >> 20)]
+    GridFull {
+        /// The grid.
+        path: PathBuf,
+        /// The size the grid would have, in bytes.
+        size: u64,
+        /// The largest grid read, in bytes.
+        limit: u64,
+    },
     /// A rental that cannot be priced with the catalogue given.
     #[error("{}, line {line}: {message}; price the grid with the catalogue its runs were recorded against (--catalogue FILE)", path.display())]
     Unpriced {
@@ -205,7 +216,8 @@ impl LedgerError {
             | LedgerError::Rental { .. }
             | LedgerError::Notes { .. }
             | LedgerError::DeviceMismatch { .. }
-            | LedgerError::Conflict { .. } => true,
+            | LedgerError::Conflict { .. }
+            | LedgerError::GridFull { .. } => true,
             _ => false,
         }
     }

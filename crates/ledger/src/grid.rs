@@ -10,7 +10,9 @@
 //! a writer that waited for the lock checks, once it holds it, that the file it locked is still
 //! the one at the path, and starts again if not. Under the lock the whole grid is read and
 //! checked (header, every row, the measurement not recorded yet, the rental's package, the
-//! corpus's protocol), then replaced.
+//! corpus's protocol) and, when the grid with the new row is still within [`GRID_LIMIT`] (the
+//! most any reader of it accepts), replaced; a grid that would grow past it is left as it was
+//! and the row is refused, with the way to a new grid.
 //!
 //! **Readers trust nothing.** [`parse`] checks the exact header, every field of every row, the
 //! rows against each other, and that the file ends with a line end: a torn row (a grid cut by an
@@ -623,12 +625,39 @@ fn still_at(file: &File, path: &Path) -> bool {
     }
 }
 
+/// Refuses a grid of `size` bytes that its readers would refuse (over `limit`).
+fn within_limit(path: &Path, size: usize, limit: u64) -> Result<(), LedgerError> {
+    let size = size as u64;
+    if size > limit {
+        return Err(LedgerError::GridFull {
+            path: path.to_path_buf(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
+}
+
 /// Adds `row` to the grid at `path` under an exclusive lock, after checking the whole grid and
 /// the row against it; `conflict` turns a contradiction into the caller's error. A missing or
 /// empty file gets the header first. See the module docs for why this never tears a row.
+///
+/// A writer never makes a grid its own readers refuse: when the grid with the new row would be
+/// larger than [`GRID_LIMIT`], the row is refused ([`LedgerError::GridFull`]) and the grid is
+/// left as it was.
 pub fn append(
     path: &Path,
     row: &Row,
+    conflict: impl Fn(Conflict) -> LedgerError,
+) -> Result<Appended, LedgerError> {
+    append_within(path, row, GRID_LIMIT, conflict)
+}
+
+/// [`append`] to a grid read, and kept, within `limit` bytes.
+fn append_within(
+    path: &Path,
+    row: &Row,
+    limit: u64,
     conflict: impl Fn(Conflict) -> LedgerError,
 ) -> Result<Appended, LedgerError> {
     row.check().map_err(|reason| LedgerError::BadRow {
@@ -643,6 +672,7 @@ pub fn append(
                 let mut bytes = header_line().into_bytes();
                 bytes.push(b'\n');
                 bytes.extend(row.to_line());
+                within_limit(path, bytes.len(), limit)?;
                 match files::write_new(path, &bytes) {
                     Ok(written) => {
                         return Ok(Appended {
@@ -676,7 +706,7 @@ pub fn append(
             path: path.to_path_buf(),
             reason: lab::files::os_message(&e),
         })?;
-        let bytes = files::read_bounded_from(reader, path, GRID_LIMIT, "a results grid")?;
+        let bytes = files::read_bounded_from(reader, path, limit, "a results grid")?;
         let grid = parse(path, &bytes)?;
         if let Some(c) = grid.index.conflict(row) {
             return Err(conflict(c));
@@ -690,6 +720,7 @@ pub fn append(
             bytes
         };
         out.extend(row.to_line());
+        within_limit(path, out.len(), limit)?;
         let written = files::replace(path, &out)?;
         // Closing the file releases the lock too; unlocking explicitly says when.
         let _ = file.unlock();
@@ -895,6 +926,95 @@ mod tests {
         assert_eq!((a.line, a.created), (2, true));
         let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
         assert_eq!(names.len(), 1, "a temporary file was left behind");
+    }
+
+    /// Rows of distinct runs (the `i`-th has SHA-256 `i` in hex) whose notes pad the grid to
+    /// exactly `size` bytes with its header.
+    fn grid_of_size(size: usize) -> Vec<u8> {
+        let mut grid = grid_of(&[]);
+        let line = |i: usize, notes: usize| {
+            let mut r = row(0);
+            r.measurement_sha256 = format!("{i:064x}");
+            r.run_id = r.measurement_sha256[..12].to_string();
+            r.notes = "n".repeat(notes);
+            r.to_line()
+        };
+        let bare = line(1, 0).len();
+        let longest = bare + NOTES_MAX;
+        let remaining = size - grid.len();
+        let rows = remaining.div_ceil(longest);
+        for i in 0..rows {
+            // Spread the bytes over the rows: every row between `bare` and `longest`.
+            let len = remaining / rows + usize::from(i < remaining % rows);
+            grid.extend(line(i + 1, len - bare));
+        }
+        assert_eq!(grid.len(), size);
+        grid
+    }
+
+    /// Issue 27: a grid 322 bytes under the limit and a row with a 900-character note. The
+    /// writer refuses what its readers would refuse, names the way out, and leaves the grid as
+    /// it was.
+    #[test]
+    fn append_never_writes_a_grid_its_readers_refuse() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grid.csv");
+        let full = grid_of_size(GRID_LIMIT as usize - 322);
+        std::fs::write(&path, &full).unwrap();
+        let mut long = row(0xee);
+        long.notes = "x".repeat(900);
+        let err = append(&path, &long, no_conflict).unwrap_err();
+        let size = full.len() + long.to_line().len();
+        assert!(
+            matches!(err, LedgerError::GridFull { size: s, limit: GRID_LIMIT, .. } if s == size as u64),
+            "{err}"
+        );
+        assert!(
+            err.is_usage(),
+            "the way out is on the command line (exit 2)"
+        );
+        let text = err.to_string();
+        for words in [
+            &format!("would be {size} bytes with this row"),
+            "over the 64 MiB (67108864 bytes) a results grid may hold",
+            "the grid is unchanged",
+            "--results NEW.csv with a file that does not exist yet",
+        ] {
+            assert!(text.contains(words), "{text}");
+        }
+        assert!(
+            std::fs::read(&path).unwrap() == full,
+            "the grid was changed"
+        );
+        let rows = full.iter().filter(|b| **b == b'\n').count() - 1;
+        assert_eq!(read(&path).unwrap().rows.len(), rows);
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+        assert_eq!(names.len(), 1, "a temporary file was left behind");
+    }
+
+    /// The limit is the readers' own: a grid of exactly the limit is written and read back, one
+    /// byte more is refused, for an existing grid and for a new one.
+    #[test]
+    fn append_fills_a_grid_to_its_limit_and_not_past() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grid.csv");
+        let new = grid_of(&[row(1)]);
+        let limit = new.len() as u64 - 1;
+        let err = append_within(&path, &row(1), limit, no_conflict).unwrap_err();
+        assert!(matches!(err, LedgerError::GridFull { .. }), "{err}");
+        assert!(!path.exists(), "a refused new grid was created");
+
+        let limit = grid_of(&[row(1), row(2)]).len() as u64;
+        append_within(&path, &row(1), limit, no_conflict).unwrap();
+        let a = append_within(&path, &row(2), limit, no_conflict).unwrap();
+        assert_eq!(a.line, 3);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len() as u64, limit);
+        let err = append_within(&path, &row(3), limit, no_conflict).unwrap_err();
+        assert!(matches!(err, LedgerError::GridFull { .. }), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "the grid was changed");
+        let read_back = lab::files::read_bounded(&path, limit, "a results grid").unwrap();
+        assert_eq!(parse(&path, &read_back).unwrap().rows.len(), 2);
     }
 
     #[test]

@@ -25,13 +25,19 @@ A rental is one package you paid for: give every run made on it the same --renta
 must be in the tariff catalogue (--catalogue, as for `cost`), the measurement must come from the
 package's GPU (a CPU reference run or another GPU is refused unless --allow-device-mismatch,
 which the row and `cost` then show), the protocol must be locked and unchanged, and the
-measurement complete and not yet in the grid. The row is added all or nothing under an
-exclusive lock on the grid, so concurrent or interrupted `record`s never lose or tear a row.
+measurement complete, possible (at least one phase, a passed check, every time finite, 0 or
+more and within the package's days, a start and an end no later than 5 minutes past this
+machine's clock) and not yet in the grid. A document is not signed: one written by hand that
+passes these checks is recorded as that run, and the row keeps its SHA-256. The row is added
+all or nothing under an exclusive lock on the grid, so concurrent or interrupted `record`s
+never lose or tear a row. A grid holds at most 64 MiB, the most `record` and `cost` read: a
+row that would take it past that is refused and the grid left as it was; record the next runs
+with --results naming a new file.
 Exit codes: 0 recorded; 1 a file that fails its checks (protocol, measurement, grid); 2 a bad
 option, a package the catalogue does not sell, a device mismatch, or a grid that cannot be
-written where asked.")]
+written where asked (a link to nothing, or full).")]
 pub struct Args {
-    /// The results grid (created with its header if it does not exist).
+    /// The results grid (created with its header if it does not exist; at most 64 MiB).
     #[arg(long)]
     pub results: PathBuf,
 

@@ -894,6 +894,214 @@ fn record_refusals() {
         .stderr(predicate::str::contains("written by an earlier iteragpu"));
 }
 
+/// Issue 27: a complete document that cannot be a real run is refused with the field, its value
+/// and what is accepted (exit 1, a file that fails its checks), and the grid is left as it was.
+#[test]
+fn record_refuses_documents_that_cannot_be_a_real_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let protocol = locked_protocol(dir.path());
+    let grid = grid(dir.path());
+    let ok = counts("b200:7:1", "r1", 10, 9);
+    let document = |n: u64| {
+        let mut doc = measurement(n, true);
+        doc.environment = gpu_environment("NVIDIA B200");
+        doc.configuration.device = "cuda:0".into();
+        serde_json::to_value(doc).unwrap()
+    };
+    let check = |passed: bool, relative_error: f64| {
+        serde_json::json!({
+            "method": "float64 reference on the CPU", "rows": [0], "max_abs_error": 0.0,
+            "relative_error": relative_error, "bound": 1e-5, "passed": passed
+        })
+    };
+    let soon = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(60),
+    )
+    .to_string();
+    let cases: Vec<(&str, serde_json::Value, String)> = vec![
+        (
+            "/phases",
+            serde_json::json!([]),
+            "complete is true but phases is empty".into(),
+        ),
+        (
+            "/check",
+            check(false, 0.25),
+            "complete is true but check.passed is false (relative error 0.25, bound 1e-5): only \
+             a run whose numerical check passed is recorded"
+                .into(),
+        ),
+        (
+            "/check",
+            check(true, 0.25),
+            "check.passed is true but check.relative_error 0.25 is not a finite number within \
+             check.bound 1e-5"
+                .into(),
+        ),
+        (
+            "/phases/0/wall_seconds",
+            serde_json::json!(-1.0),
+            "phases[0].wall_seconds (model_load) is -1: a time is a finite number of seconds, 0 \
+             or more"
+                .into(),
+        ),
+        (
+            "/device_init_seconds",
+            serde_json::json!(-1.0),
+            "device_init_seconds is -1:".into(),
+        ),
+        (
+            "/phases/0/wall_seconds",
+            serde_json::json!(1e308),
+            "phases[0].wall_seconds (model_load) is 1e308 seconds, longer than the 7 days \
+             (604800 seconds) of package b200:7:1: a run on the rental cannot outlast it"
+                .into(),
+        ),
+        (
+            "/phases/0/device_seconds",
+            serde_json::json!(700_000.0),
+            "phases[0].device_seconds (model_load) is 700000 seconds, longer than the 7 days"
+                .into(),
+        ),
+        (
+            "/started_utc",
+            serde_json::json!("9999-01-01T00:00:00Z"),
+            "started_utc \"9999-01-01T00:00:00Z\" is later than now (".into(),
+        ),
+    ];
+    for (n, (pointer, value, words)) in cases.into_iter().enumerate() {
+        let mut doc = document(100 + n as u64);
+        *doc.pointer_mut(pointer).unwrap() = value;
+        let path = dir.path().join(format!("bad{n}.json"));
+        std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+        record(&grid, &protocol, &path, &args(&ok))
+            .assert()
+            .code(1)
+            .stderr(predicate::str::contains(format!(
+                "bad{n}.json is not a usable measurement: {words}"
+            )));
+    }
+    // A run that started a minute ago cannot have taken an hour.
+    let mut doc = document(200);
+    doc["started_utc"] = serde_json::json!(soon);
+    doc["phases"][0]["wall_seconds"] = serde_json::json!(3600.0);
+    let path = dir.path().join("ends-later.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    record(&grid, &protocol, &path, &args(&ok))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(format!(
+            "started_utc \"{soon}\" plus the 3600 seconds of device_init_seconds and the phases' \
+             wall_seconds ends at"
+        )));
+    // JSON has no infinity: a number too large for a float is not JSON this tool reads.
+    let text = serde_json::to_string_pretty(&document(201))
+        .unwrap()
+        .replacen("\"wall_seconds\": 0.0", "\"wall_seconds\": 1e999", 1);
+    assert!(text.contains("1e999"));
+    let path = dir.path().join("infinite.json");
+    std::fs::write(&path, text).unwrap();
+    record(&grid, &protocol, &path, &args(&ok))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "infinite.json is not a usable measurement: not JSON (number out of range",
+        ));
+    assert_eq!(
+        std::fs::read_to_string(&grid).unwrap(),
+        format!("{HEADER}\n"),
+        "a refused record changed the grid"
+    );
+    // The same document with possible figures is recorded.
+    let mut doc = document(202);
+    doc["check"] = check(true, 1e-7);
+    doc["phases"][0]["wall_seconds"] = serde_json::json!(0.5);
+    doc["started_utc"] = serde_json::json!(soon);
+    let path = dir.path().join("possible.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    record(&grid, &protocol, &path, &args(&ok))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("recorded run"));
+}
+
+/// Issue 27: `record` never writes a grid past [`ledger::grid::GRID_LIMIT`], the most `cost`
+/// and `record` read. A grid 322 bytes under it and a row with a 900-character note: refused
+/// (exit 2) with the way to a new grid, the grid unchanged and still read; the run then goes in
+/// a new grid.
+#[test]
+fn record_refuses_to_grow_a_grid_past_what_its_readers_accept() {
+    let dir = tempfile::tempdir().unwrap();
+    let protocol = locked_protocol(dir.path());
+    let grid = grid(dir.path());
+    let ok = counts("b200:7:1", "r1", 10, 9);
+    let m1 = write_measurement(dir.path(), 1, true);
+    record(&grid, &protocol, &m1, &args(&ok)).assert().success();
+    // Rows as `record` writes them, each another run (SHA-256 `i`), padded by their notes to
+    // fill the grid to 322 bytes under the limit.
+    let mut bytes = std::fs::read(&grid).unwrap();
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let line = text.lines().nth(1).unwrap();
+    let sha = grid_rows(&grid)[0].get("measurement_sha256").to_string();
+    let (_, rest) = line.split_once(',').unwrap();
+    assert!(
+        rest.ends_with(','),
+        "a row with no notes ends with an empty field: {line}"
+    );
+    let row = |i: usize, notes: usize| {
+        let other = format!("{i:064x}");
+        format!(
+            "{},{}{}\n",
+            &other[..12],
+            rest.replace(sha.as_str(), &other),
+            "n".repeat(notes)
+        )
+    };
+    let limit = ledger::grid::GRID_LIMIT as usize;
+    let remaining = limit - 322 - bytes.len();
+    let bare = row(1, 0).len();
+    let rows = remaining.div_ceil(bare + ledger::grid::NOTES_MAX);
+    for i in 0..rows {
+        let len = remaining / rows + usize::from(i < remaining % rows);
+        bytes.extend(row(i + 1, len - bare).into_bytes());
+    }
+    assert_eq!(bytes.len(), limit - 322);
+    std::fs::write(&grid, &bytes).unwrap();
+
+    let m2 = write_measurement(dir.path(), 2, true);
+    let note = "x".repeat(900);
+    let mut long = args(&ok);
+    long.extend(["--notes", &note]);
+    record(&grid, &protocol, &m2, &long)
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "bytes with this row, over the 64 MiB (67108864 bytes) a results grid may hold, \
+             which `record` and `cost` refuse to read; the grid is unchanged: record this run \
+             and the next ones in a new grid, --results NEW.csv with a file that does not exist \
+             yet",
+        ));
+    assert!(
+        std::fs::read(&grid).unwrap() == bytes,
+        "the grid was changed"
+    );
+    assert_eq!(temporaries(dir.path()), Vec::<String>::new());
+    // Its readers still read it.
+    iteragpu()
+        .arg("cost")
+        .arg("--results")
+        .arg(&grid)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(format!("{} runs", rows + 1)));
+    // And the run goes in a new grid.
+    let new = dir.path().join("new.csv");
+    record(&new, &protocol, &m2, &long)
+        .assert()
+        .success()
+        .stdout(predicate::str::contains("line 2 (new grid)"));
+}
+
 /// Issue 11, item 6: a row cut anywhere (by an earlier version, a kill, a full disk, or by hand)
 /// is reported by its line by every reader, and nothing is counted or added until it is fixed.
 #[test]
