@@ -12,8 +12,9 @@
 //! anything to disk: *complete* (nothing missing, nothing unexpected, no unsafe path) and *valid*
 //! (sizes, then hashes) are reported separately, each failure by name. A zip's layout is read by
 //! this crate itself ([`structure`]): every local header must match its central entry, and no
-//! byte may lie before, between or after the entries; names that collide once case is ignored
-//! or Unicode normalised are refused.
+//! byte may lie before, between or after the entries; names that are one file once extracted
+//! (`a/./b`, `a//b` or `a\b` beside `a/b`, or names that differ only in case or Unicode
+//! normalisation) are refused.
 #![forbid(unsafe_code)]
 
 pub mod archive;

@@ -57,7 +57,8 @@ pub enum Failure {
         /// The name, or a note when the zip reader only says that there are duplicates.
         path: String,
     },
-    /// A name that could write outside the folder if extracted: `..`, an absolute path, a link.
+    /// A name that could write outside the folder if extracted (`..`, an absolute path, a link),
+    /// or to another path than it says (a `.` component, an empty segment, a backslash).
     UnsafePath {
         /// The name as stored.
         path: String,
@@ -95,8 +96,9 @@ pub enum Failure {
         /// What is wrong.
         reason: String,
     },
-    /// Two names that are one on a filesystem that ignores case or normalises Unicode: extracted
-    /// there, one would overwrite the other.
+    /// Two names that are one file once extracted: extractors drop `.` components and empty
+    /// segments (`a/./b`, `a//b`), Windows reads `\` as `/`, drops trailing dots and spaces and
+    /// ignores case, and a filesystem may normalise Unicode. One would overwrite the other.
     Collision {
         /// One name.
         path: String,
@@ -157,10 +159,17 @@ impl std::fmt::Display for Failure {
             ),
             Failure::Unreadable { path, reason } => write!(f, "unreadable: {path}: {reason}"),
             Failure::Structure { reason } => write!(f, "zip structure: {reason}"),
-            Failure::Collision { path, other } => write!(
+            Failure::Collision { path, other } if fold(path) == fold(other) => write!(
                 f,
                 "name collision: {path} and {other} are one name on a filesystem that ignores \
                  case or normalises Unicode"
+            ),
+            Failure::Collision { path, other } => write!(
+                f,
+                "name collision: {path} and {other} are extracted to one file (extractors drop \
+                 `.` components and empty segments; Windows also reads `\\` as `/`, drops \
+                 trailing dots and spaces, replaces the characters it forbids and ignores case), \
+                 so one would overwrite the other"
             ),
         }
     }
@@ -278,6 +287,45 @@ pub fn unsafe_reason(name: &str) -> Option<&'static str> {
     } else {
         None
     }
+}
+
+/// Why a stored name is not the path an extractor writes it to, if it is not: a `.` component or
+/// an empty segment (`a/./b`, `a//b`: unzip, bsdtar and Python's zipfile all write `a/b`), or a
+/// backslash (a separator on Windows, and to unzip in an archive made there). The kit writer
+/// writes none of these; a folder entry's one trailing `/` is allowed.
+pub fn non_canonical_reason(name: &str) -> Option<&'static str> {
+    let path = name.strip_suffix('/').unwrap_or(name);
+    if path.contains('\\') {
+        Some("a backslash, which some extractors read as a folder separator")
+    } else if path.split('/').any(|c| c.is_empty() || c == ".") {
+        Some("a `.` component or an empty segment, which extractors drop")
+    } else {
+        None
+    }
+}
+
+/// A name with case folded and Unicode normalised (NFKC, which also covers macOS's NFD).
+fn fold(name: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    name.nfkc()
+        .collect::<String>()
+        .to_lowercase()
+        .nfkc()
+        .collect()
+}
+
+/// The file a name is extracted to, by the most lenient extractor on the most lenient
+/// filesystem: case and Unicode folded, `\` read as `/`, `.` components and empty segments
+/// dropped, each component's trailing dots and spaces dropped and the characters Windows forbids
+/// replaced by `_` (as Python's zipfile does there). Two names with one key are one file.
+fn extracted_key(name: &str) -> String {
+    fold(name)
+        .split(['/', '\\'])
+        .map(|c| c.trim_end_matches(['.', ' ']))
+        .filter(|c| !c.is_empty())
+        .map(|c| c.replace([':', '<', '>', '|', '"', '?', '*'], "_"))
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// Checks the kit at `path`: a zip archive, an extracted top folder, or a folder holding one.
@@ -455,20 +503,14 @@ fn compare(
     }
 }
 
-/// Names that would be one file on a case-insensitive or normalising filesystem (macOS, Windows):
-/// each pair once, in sorted order.
+/// Names that would be one file once extracted (see [`extracted_key`]): each pair once, in
+/// sorted order.
 fn collisions(names: impl IntoIterator<Item = String>, report: &mut Report) {
-    use unicode_normalization::UnicodeNormalization;
     let mut seen: BTreeMap<String, String> = BTreeMap::new();
     let mut sorted: Vec<String> = names.into_iter().collect();
     sorted.sort();
     for name in sorted {
-        let key: String = name
-            .nfkc()
-            .collect::<String>()
-            .to_lowercase()
-            .nfkc()
-            .collect();
+        let key = extracted_key(&name);
         match seen.get(&key) {
             Some(other) => report.fail(Failure::Collision {
                 path: name.clone(),
@@ -551,6 +593,13 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
                 reason: "a symbolic link".to_string(),
             });
             continue;
+        }
+        // Refused, but still compared: the name it collides with is named too.
+        if let Some(reason) = non_canonical_reason(&name) {
+            report.fail(Failure::UnsafePath {
+                path: name.clone(),
+                reason: reason.to_string(),
+            });
         }
         raws.push(Raw {
             index,
@@ -773,6 +822,12 @@ fn walk(
             }
         };
         let kind = meta.file_type();
+        if let Some(reason) = non_canonical_reason(&child) {
+            report.fail(Failure::UnsafePath {
+                path: child.clone(),
+                reason: reason.to_string(),
+            });
+        }
         if kind.is_symlink() {
             report.fail(Failure::UnsafePath {
                 path: child,
@@ -852,5 +907,150 @@ mod tests {
                 .any(|m| m.starts_with("hash mismatch: README.md")),
             "{kinds:?}"
         );
+    }
+
+    /// The built kit's members with `extra` added (paths inside the top folder), under a
+    /// manifest that lists them all with their sizes and hashes: only the names can be wrong.
+    fn repacked(dir: &Path, extra: &[(&str, &[u8])]) -> PathBuf {
+        use std::io::Write;
+        let tool = crate::ManifestTool {
+            commit: None,
+            name: "iteragpu".into(),
+            version: "0".into(),
+        };
+        let kit = crate::build(&crate::KitOptions {
+            tool: tool.clone(),
+            binaries: Vec::new(),
+        })
+        .unwrap();
+        let mut archive = zip::ZipArchive::new(std::io::Cursor::new(kit.bytes)).unwrap();
+        let mut content: Vec<(String, Vec<u8>)> = Vec::new();
+        for i in 0..archive.len() {
+            let mut entry = archive.by_index(i).unwrap();
+            let name = entry.name().unwrap().to_string();
+            let rel = name.strip_prefix(&format!("{}/", crate::ROOT)).unwrap();
+            if entry.is_dir() || rel == MANIFEST_NAME {
+                continue;
+            }
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes).unwrap();
+            content.push((rel.to_string(), bytes));
+        }
+        content.extend(extra.iter().map(|(p, b)| (p.to_string(), b.to_vec())));
+        let listed: Vec<(String, &[u8])> = content
+            .iter()
+            .map(|(p, b)| (p.clone(), b.as_slice()))
+            .collect();
+        let (_, manifest) = Manifest::for_content(crate::ROOT, tool, &listed).unwrap();
+        content.push((MANIFEST_NAME.to_string(), manifest.into_bytes()));
+        let path = dir.join("repacked.zip");
+        let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
+        for (rel, bytes) in &content {
+            zip.start_file(
+                format!("{}/{rel}", crate::ROOT),
+                zip::write::SimpleFileOptions::default(),
+            )
+            .unwrap();
+            zip.write_all(bytes).unwrap();
+        }
+        zip.finish().unwrap();
+        path
+    }
+
+    /// Issue 27: `a/./b`, `a//b` and `a\b` are extracted over `a/b` (unzip -o, bsdtar and
+    /// Python's zipfile keep the last one's text); listed with its own hash, such a member made
+    /// a kit that verified.
+    #[test]
+    fn names_that_extract_to_one_file_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        for (extra, path, other) in [
+            ("./README.md", "README.md", "./README.md"),
+            (
+                "docs//catalogue.md",
+                "docs/catalogue.md",
+                "docs//catalogue.md",
+            ),
+            (
+                "docs\\catalogue.md",
+                "docs\\catalogue.md",
+                "docs/catalogue.md",
+            ),
+            ("data/./../data/x", "", ""),
+        ] {
+            let report = verify(&repacked(dir.path(), &[(extra, b"replaced\n")])).unwrap();
+            assert!(!report.ok() && !report.complete, "{extra}: {report:#?}");
+            let messages: Vec<&str> = report.failures.iter().map(|f| f.message.as_str()).collect();
+            let stored = format!("{}/{extra}", crate::ROOT);
+            if path.is_empty() {
+                // `..` is refused first, as it was.
+                assert_eq!(
+                    report.failures[0].failure,
+                    Failure::UnsafePath {
+                        path: stored,
+                        reason: "a `..` component that climbs out of the folder".into()
+                    }
+                );
+                continue;
+            }
+            assert!(
+                report.failures.iter().any(|f| f.failure
+                    == Failure::Collision {
+                        path: path.into(),
+                        other: other.into()
+                    }),
+                "{messages:#?}"
+            );
+            assert!(
+                messages.contains(
+                    &format!(
+                        "name collision: {path} and {other} are extracted to one file (extractors \
+                     drop `.` components and empty segments; Windows also reads `\\` as `/`, \
+                     drops trailing dots and spaces, replaces the characters it forbids and \
+                     ignores case), so one would overwrite the other"
+                    )
+                    .as_str()
+                ),
+                "{messages:#?}"
+            );
+            // The name itself is refused too: the kit writer never writes one.
+            assert!(
+                messages
+                    .iter()
+                    .any(|m| m.starts_with(&format!("unsafe path: {stored} (a "))),
+                "{messages:#?}"
+            );
+        }
+        // Alone, such a name is still refused: the file it names is not the one written.
+        let report = verify(&repacked(dir.path(), &[("docs/./notes.md", b"x")])).unwrap();
+        assert!(!report.complete);
+        assert_eq!(
+            report.failures[0].message,
+            "unsafe path: iteragpu-lab-v1/docs/./notes.md (a `.` component or an empty segment, \
+             which extractors drop)"
+        );
+        assert_eq!(report.failures.len(), 1, "{:#?}", report.failures);
+    }
+
+    #[test]
+    fn the_extracted_key_folds_what_extractors_fold() {
+        for (a, b) in [
+            ("README.md", "./README.md"),
+            ("a/b", "a//b/"),
+            ("a/b", "a\\b"),
+            ("a/b", "a/./././b"),
+            ("README.md", "readme.MD"),
+            ("README.md", "README.md. "),
+            ("a:b", "a_b"),
+            ("caf\u{e9}", "cafe\u{301}"),
+        ] {
+            assert_eq!(extracted_key(a), extracted_key(b), "{a} {b}");
+        }
+        assert_ne!(extracted_key("a/b"), extracted_key("ab"));
+        assert_ne!(extracted_key(".hidden"), extracted_key("hidden"));
+        assert_eq!(non_canonical_reason("iteragpu-lab-v1/docs/"), None);
+        assert_eq!(non_canonical_reason("iteragpu-lab-v1/.hidden"), None);
+        for name in ["a/./b", "a//b", "a\\b", "./a", "a/.", "a//"] {
+            assert!(non_canonical_reason(name).is_some(), "{name}");
+        }
     }
 }

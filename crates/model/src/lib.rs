@@ -282,12 +282,12 @@ fn from_safetensors(
     index: Option<(String, HashMap<String, String>)>,
     architecture: Option<Architecture>,
 ) -> Result<Model, ModelError> {
-    let mut weight_bytes_by_dtype: BTreeMap<String, u64> = BTreeMap::new();
-    let mut elements_by_dtype: BTreeMap<String, u64> = BTreeMap::new();
-    let mut seen: HashMap<String, String> = HashMap::new();
+    // (bytes, elements) per dtype; each tensor's name is kept once, with the file it is in.
+    let mut by_dtype: BTreeMap<&'static str, (u64, u64)> = BTreeMap::new();
+    let mut seen: HashMap<String, usize> = HashMap::new();
     let mut parameters: u64 = 0;
     let mut header_bytes_read = 0;
-    for (path, shown) in files {
+    for (file, (path, shown)) in files.iter().enumerate() {
         let header = safetensors::read_header(path, shown)?;
         header_bytes_read += header.bytes_read;
         let file_name = path
@@ -307,11 +307,11 @@ fn from_safetensors(
                     ),
                 });
             }
-            if let Some(other) = seen.insert(t.name.clone(), shown.clone()) {
+            if let Some(&other) = seen.get(&t.name) {
                 return Err(ModelError::Tensor {
                     file: shown.clone(),
                     tensor: t.name,
-                    problem: format!("is also in {other}; expected each tensor once"),
+                    problem: format!("is also in {}; expected each tensor once", files[other].1),
                 });
             }
             let overflow = || ModelError::Tensor {
@@ -320,11 +320,20 @@ fn from_safetensors(
                 problem: "brings the total beyond 2^64 elements or bytes".to_string(),
             };
             parameters = parameters.checked_add(t.elements).ok_or_else(overflow)?;
-            let bytes = weight_bytes_by_dtype.entry(t.dtype.clone()).or_insert(0);
+            let (bytes, elements) = by_dtype.entry(t.dtype).or_insert((0, 0));
             *bytes = bytes.checked_add(t.bytes).ok_or_else(overflow)?;
-            *elements_by_dtype.entry(t.dtype).or_insert(0) += t.elements;
+            *elements += t.elements;
+            seen.insert(t.name, file);
         }
     }
+    let weight_bytes_by_dtype = by_dtype
+        .iter()
+        .map(|(dtype, (bytes, _))| (dtype.to_string(), *bytes))
+        .collect();
+    let elements_by_dtype = by_dtype
+        .iter()
+        .map(|(dtype, (_, elements))| (dtype.to_string(), *elements))
+        .collect();
     if let Some((index_name, map)) = &index
         && let Some(missing) = map.keys().find(|k| !seen.contains_key(*k))
     {

@@ -424,6 +424,42 @@ fn hostile_model_files_are_refused_with_a_sentence() {
         .stderr(predicate::str::contains("LlamaForCausalLM"));
 }
 
+/// Issue 27: a tensor named twice (a JSON reader keeps one: 10 elements counted, not 1,010) and an
+/// overlap hidden by an empty tensor (1,200 elements counted in 1,000 bytes) are refused, each
+/// with one sentence and exit 1.
+#[test]
+fn a_twice_named_or_hidden_overlapping_tensor_is_refused() {
+    for (header, data, says) in [
+        (
+            r#"{"w":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]},"w":{"dtype":"U8","shape":[10],"data_offsets":[1000,1010]}}"#,
+            1010,
+            "tensor `w` is named twice in the header; expected each tensor once",
+        ),
+        (
+            r#"{"big":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]},"z":{"dtype":"U8","shape":[0],"data_offsets":[500,500]},"c":{"dtype":"U8","shape":[100],"data_offsets":[600,700]},"d":{"dtype":"U8","shape":[100],"data_offsets":[700,800]}}"#,
+            1000,
+            "tensor `c` has data_offsets [600, 700] overlapping tensor `big` at [0, 1000]",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = std::fs::File::create(dir.path().join("model.safetensors")).unwrap();
+        f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+        f.write_all(header.as_bytes()).unwrap();
+        f.set_len(8 + header.len() as u64 + data).unwrap();
+        drop(f);
+        let out = cargo_bin_cmd!("iteragpu")
+            .args(["estimate", "--model", dir.path().to_str().unwrap()])
+            .assert()
+            .code(1)
+            .stdout(predicate::str::is_empty())
+            .stderr(predicate::str::contains(says))
+            .get_output()
+            .stderr
+            .clone();
+        assert_eq!(String::from_utf8_lossy(&out).lines().count(), 1);
+    }
+}
+
 #[test]
 fn help_teaches_with_examples() {
     for cmd in ["fit", "estimate"] {

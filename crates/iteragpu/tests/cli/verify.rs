@@ -472,3 +472,45 @@ fn names_that_collide_after_case_folding_or_normalisation_are_refused() {
         &["name collision: license.MD and LICENSE.md"],
     );
 }
+
+/// Issue 27: `TOP/./README.md` and `TOP/docs//x` beside `TOP/README.md` and `TOP/docs/x`, each
+/// listed with its own hash: unzip -o and Python's zipfile write the second over the first.
+#[test]
+fn names_that_extract_over_another_member_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut content: Vec<(String, Vec<u8>)> = members(&kit(dir.path()))
+        .into_iter()
+        .map(|(name, bytes)| (name[TOP.len() + 1..].to_string(), bytes))
+        .filter(|(rel, _)| rel != "MANIFEST.json")
+        .collect();
+    content.push(("./README.md".into(), b"not the kit's README\n".to_vec()));
+    content.push(("docs//catalogue.md".into(), b"not the catalogue\n".to_vec()));
+    let listed: Vec<(String, &[u8])> = content
+        .iter()
+        .map(|(rel, bytes)| (rel.clone(), bytes.as_slice()))
+        .collect();
+    let tool = kit::ManifestTool {
+        commit: None,
+        name: "iteragpu".into(),
+        version: "0".into(),
+    };
+    let (_, manifest) = kit::Manifest::for_content(TOP, tool, &listed).unwrap();
+    content.push(("MANIFEST.json".into(), manifest.into_bytes()));
+    let m: Vec<(String, Vec<u8>)> = content
+        .into_iter()
+        .map(|(rel, bytes)| (format!("{TOP}/{rel}"), bytes))
+        .collect();
+    let bad = dir.path().join("over.zip");
+    write_zip(&bad, &m);
+    fails_with(
+        &bad,
+        &[
+            "complete: no",
+            "name collision: README.md and ./README.md are extracted to one file",
+            "name collision: docs/catalogue.md and docs//catalogue.md are extracted to one file",
+            "unsafe path: iteragpu-lab-v1/./README.md (a `.` component or an empty segment, \
+             which extractors drop)",
+            "valid: yes",
+        ],
+    );
+}
