@@ -17,11 +17,21 @@ Mirrors crates/lab/src/measure/runner.rs step for step:
   read and freed after the row; in warmup each pass's output is released only once the next
   pass's output exists (`y = model(x)` in a loop). The last warm_forward output is kept for the
   numerical check, then freed.
-- The document has the field names of `iteragpu measure --output`, `configuration.memory_policy`
-  included: the workspace sizes this torch allocates on the first product, by its own rules
-  (CublasHandlePool.cpp) from this GPU's compute capability and the CUBLAS_WORKSPACE_CONFIG,
-  CUBLASLT_WORKSPACE_SIZE and TORCH_CUBLASLT_UNIFIED_WORKSPACE it runs with, so scripts/gpu-check.sh
-  can tell a policy difference from a counter difference.
+- The document has the field names of `iteragpu measure --output`. `configuration.memory_policy`
+  is OBSERVED, not computed: right after the cold pass (the first products) the caching
+  allocator's snapshot (`torch.cuda.memory._snapshot()`, the allocation order from a memory
+  history recorded during that pass only) is read, and every live block that is not a tensor of
+  the model (the four parameters and the input) is a workspace: in torch 2.11 the cuBLAS
+  workspace (32 MiB on compute capability 9.0) then, on the cuBLASLt path, the 1 MiB cuBLASLt
+  one. `observed_workspaces` lists them (size, requested size, order); `computed` beside them is
+  what torch 2.11's rules (CublasHandlePool.cpp) give for this GPU and environment, for reading
+  only: scripts/gpu_check_report.py judges the observed blocks.
+- `environment.details.libraries`: the libcublas*.so* and libcublasLt*.so* files this process
+  has mapped after the first product (/proc/self/maps), so the judge can require that iteragpu
+  loaded the same ones. `environment.details.torch_knobs`: the environment variables that change
+  torch's counters or path (TORCH_KNOBS), as this process ran with them and, with
+  `--knobs-before FILE` (written by scripts/gpu-check.sh), as they were before gpu-check cleared
+  them.
 - `check` is PyTorch's own numerical check: its output against a float64 recomputation of its
   own weights and inputs, with iteragpu's bound for the dtype.
 
@@ -32,12 +42,14 @@ rows iteragpu would sample, against iteragpu's bound for the dtype. `preflight` 
 
 usage: pytorch_eager.py --device cuda:N --batch B --context C --width W [--hidden H]
                         [--dtype float32|float16|bfloat16] [--warmup N] [--repeats N] [--seed S]
-                        [--allow-tf32] --output FILE [--json]
+                        [--allow-tf32] [--knobs-before FILE] --output FILE [--json]
 Exit: 0 complete, 1 the run or its check failed (the file is still written), 2 bad options, an
 existing --output, no torch or no CUDA device (nothing written).
 """
 import argparse
+import ctypes
 import datetime
+import fnmatch
 import json
 import os
 import re
@@ -48,6 +60,15 @@ SCHEMA = "iteragpu.measurement/1"
 ENVIRONMENT_SCHEMA = "iteragpu.environment/1"
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+# The environment variables torch 2.11 (or a later torch) reads that change its allocator
+# counters, its workspaces or its path through addmm; scripts/gpu-check.sh clears them.
+TORCH_KNOBS = (
+    "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "DISABLE_ADDMM_CUDA_LT",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING", "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE",
+    "TORCH_CUBLASLT_UNIFIED_WORKSPACE", "TORCH_CUBLAS_WORKSPACE_CACHE",
+)
+# The torch whose allocator and workspace rules iteragpu mirrors.
+MIRRORED_TORCH = "2.11.0"
 
 
 def die(message, code=2):
@@ -67,6 +88,8 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--allow-tf32", action="store_true")
+    p.add_argument("--knobs-before", metavar="FILE",
+                   help="a JSON object {name: value or null}: the knobs as seen before they were cleared")
     p.add_argument("--output", required=True)
     p.add_argument("--json", action="store_true", help="print the document on stdout")
     a = p.parse_args(argv)
@@ -107,15 +130,23 @@ def sample_rows(rows, width, hidden):
     return out
 
 
-def truthy(value):
-    """c10::utils::check_env: "1", "true", "TRUE", ... are true."""
-    return value is not None and value.strip().lower() in ("1", "true", "yes", "on", "y")
+def check_env(value):
+    """c10::utils::check_env: exactly "1" is true and "0" is false; anything else (torch warns
+    "Ignoring invalid value for boolean flag") is no value, as if unset."""
+    if value == "1":
+        return True
+    if value == "0":
+        return False
+    return None
 
 
-def memory_policy(torch, props):
-    """The workspaces this torch allocates through its caching allocator on the first product,
-    by the rules of aten/src/ATen/cuda/CublasHandlePool.cpp (parseChosenWorkspaceSize,
-    parseCUDABlasLtWorkspaceSize, getCUDABlasLtWorkspace), for this GPU and environment."""
+def computed_policy(props, rows):
+    """What torch 2.11.0's rules give, for reading beside the observed blocks (never judged):
+    parseChosenWorkspaceSize, parseCUDABlasLtWorkspaceSize, getCUDABlasLtWorkspaceSize (an unset
+    TORCH_CUBLASLT_UNIFIED_WORKSPACE caps the Lt size at the cuBLAS size) and
+    getCUDABlasLtWorkspace (only "1" shares the cuBLAS workspace), from this GPU's compute
+    capability and the environment this process runs with; no cuBLASLt workspace when addmm
+    leaves the Lt path (DISABLE_ADDMM_CUDA_LT=1, or a product with a dimension of 1)."""
     sm90 = props.major == 9 and props.minor == 0
     default = 4096 * 8 * 1024 if sm90 else 4096 * 1024 * 2 + 16 * 1024 * 8
     config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
@@ -129,22 +160,173 @@ def memory_policy(torch, props):
         lt = int(os.environ["CUBLASLT_WORKSPACE_SIZE"]) * 1024
     except (KeyError, ValueError):
         pass
-    unified = truthy(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
-    if unified:
+    unified_env = check_env(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
+    if unified_env is None or unified_env:
         lt = min(lt, cublas)
-    knobs = [f"{k}={os.environ[k]}" for k in ("CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE",
-                                               "TORCH_CUBLASLT_UNIFIED_WORKSPACE", "PYTORCH_CUDA_ALLOC_CONF")
-             if k in os.environ]
+    unified = unified_env is True
+    lt_path = rows > 1 and not check_env(os.environ.get("DISABLE_ADDMM_CUDA_LT"))
+    blocks = [cublas] + ([lt] if lt_path and not unified else [])
     return {
-        "allocator": "PyTorch CUDA caching allocator (this torch's own)"
-                     + (f", PYTORCH_CUDA_ALLOC_CONF={os.environ['PYTORCH_CUDA_ALLOC_CONF']}"
-                        if "PYTORCH_CUDA_ALLOC_CONF" in os.environ else ", default configuration"),
-        "mirrors": f"torch {torch.__version__}",
+        "label": f"computed from torch {MIRRORED_TORCH}'s rules, not observed (for reading only)",
         "cublas_workspace_bytes": cublas,
         "cublaslt_workspace_bytes": lt,
         "cublaslt_workspace_unified": unified,
-        "workspaces_from": f"torch {torch.__version__} rules for compute capability {props.major}.{props.minor}"
-                           + (f" with {', '.join(knobs)}" if knobs else " (defaults)"),
+        "cublaslt_path": lt_path,
+        "blocks": blocks,
+    }
+
+
+def start_history(torch, device):
+    """Records the allocator's alloc/free order (no stack traces) during the cold pass only, so
+    the workspaces can be told apart by the order they were allocated in."""
+    try:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python",
+                                                 max_entries=100000, device=device)
+        return True
+    except Exception:  # an older or newer torch without this private API: order by size
+        return False
+
+
+def stop_history(torch, device, started):
+    if started:
+        try:
+            torch.cuda.memory._record_memory_history(enabled=None, device=device)
+        except Exception:
+            pass
+
+
+def observe_workspaces(torch, index, tensors, history):
+    """The allocator's live blocks that are not the model's tensors, after the cold pass: the
+    workspaces torch allocated on its first products. Returns (blocks in allocation order, how
+    the order was found)."""
+    try:
+        snap = torch.cuda.memory._snapshot()
+        segments = snap.get("segments") or []
+        traces = snap.get("device_traces") or []
+    except Exception:
+        segments, traces = torch.cuda.memory_snapshot(), []
+    owned = [(t.data_ptr(), t.data_ptr() + max(t.numel() * t.element_size(), 1)) for t in tensors]
+    blocks = []
+    for seg in segments:
+        if seg.get("device", index) != index:
+            continue
+        address = seg.get("address", 0)
+        for b in seg.get("blocks") or []:
+            start = b.get("address", address)
+            address = start + b.get("size", 0)
+            if b.get("state") != "active_allocated":
+                continue
+            if any(start <= lo < start + b.get("size", 0) for lo, _ in owned):
+                continue
+            blocks.append({
+                "address": start,
+                "size": b.get("size"),
+                "requested_size": b.get("requested_size", b.get("size")),
+                "segment_type": seg.get("segment_type"),
+                "order": None,
+            })
+    order = {}
+    trace = traces[index] if history and index < len(traces) else []
+    for i, entry in enumerate(trace):
+        if entry.get("action") == "alloc":
+            order[entry.get("addr")] = i  # the last alloc at an address is the live block's
+    if blocks and all(b["address"] in order for b in blocks):
+        for b in blocks:
+            b["order"] = order[b["address"]]
+        blocks.sort(key=lambda b: b["order"])
+        how = "in allocation order (memory history of the cold pass)"
+    else:
+        blocks.sort(key=lambda b: -(b["requested_size"] or 0))
+        how = "by size (no allocation order was recorded)"
+    roles = ("cuBLAS workspace", "cuBLASLt workspace")
+    for i, b in enumerate(blocks):
+        b["role"] = roles[i] if i < len(roles) else "unknown"
+    return blocks, how
+
+
+def observed_policy(torch, observed, how, error, computed):
+    sizes = [b["requested_size"] for b in observed or []]
+    return {
+        "allocator": "PyTorch CUDA caching allocator (this torch's own)"
+                     + (f", PYTORCH_CUDA_ALLOC_CONF={os.environ['PYTORCH_CUDA_ALLOC_CONF']}"
+                        if "PYTORCH_CUDA_ALLOC_CONF" in os.environ else "")
+                     + (f", PYTORCH_ALLOC_CONF={os.environ['PYTORCH_ALLOC_CONF']}"
+                        if "PYTORCH_ALLOC_CONF" in os.environ else "")
+                     + ("" if "PYTORCH_CUDA_ALLOC_CONF" in os.environ or "PYTORCH_ALLOC_CONF" in os.environ
+                        else ", default configuration"),
+        "mirrors": f"torch {torch.__version__}",
+        # The first block allocated is the cuBLAS workspace, the second the cuBLASLt one; none
+        # (0) when that workspace was not allocated; null when nothing was observed.
+        "cublas_workspace_bytes": None if observed is None else (sizes[0] if sizes else 0),
+        "cublaslt_workspace_bytes": None if observed is None else (sizes[1] if len(sizes) > 1 else 0),
+        # A shared (unified) Lt workspace is not a block of its own: not observable as a flag.
+        "cublaslt_workspace_unified": None,
+        "workspaces_from": ("observed: the allocator's live blocks after the cold pass that are not "
+                            f"tensors of the model, {how}") if observed is not None
+                           else f"not observed: {error}",
+        "observed_workspaces": observed,
+        "observation_error": error,
+        "computed": computed,
+    }
+
+
+def loaded_cublas():
+    """The libcublas*.so* and libcublasLt*.so* files this process has mapped (/proc/self/maps)."""
+    files = []
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6:
+                    continue
+                path = parts[5].strip()
+                if fnmatch.fnmatch(os.path.basename(path), "libcublas*.so*") and path not in files:
+                    files.append(path)
+    except OSError:
+        pass
+    return files
+
+
+def library_version(path, symbol):
+    """major.minor.patch from cublasGetProperty / cublasLtGetProperty of the mapped file."""
+    try:
+        lib = ctypes.CDLL(path)
+        get = getattr(lib, symbol)
+        parts = []
+        for kind in (0, 1, 2):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+            v = ctypes.c_int(0)
+            if get(kind, ctypes.byref(v)) != 0:
+                return None
+            parts.append(str(v.value))
+        return ".".join(parts)
+    except (OSError, AttributeError, TypeError):
+        return None
+
+
+def describe_libraries(files):
+    lt = [p for p in files if os.path.basename(p).startswith("libcublasLt")]
+    blas = [p for p in files if not os.path.basename(p).startswith("libcublasLt")]
+    return {
+        "cublas": {"library": blas[0] if blas else None,
+                   "version": library_version(blas[0], "cublasGetProperty") if blas else None},
+        "cublaslt": {"library": lt[0] if lt else None,
+                     "version": library_version(lt[0], "cublasLtGetProperty") if lt else None},
+        "found_via": "torch's own loading; the files mapped in /proc/self/maps after the first product",
+        "files": files,
+    }
+
+
+def knobs(path):
+    before = None
+    if path:
+        try:
+            with open(path) as f:
+                before = json.load(f)
+        except (OSError, ValueError) as e:
+            before = {"error": f"--knobs-before {path}: {e}"}
+    return {
+        "as_run": {k: os.environ.get(k) for k in TORCH_KNOBS},
+        "before_clearing": before,
     }
 
 
@@ -269,6 +451,11 @@ def main(argv):
     phases = []
     error = None
     check = None
+    device_index = device.index if device.index is not None else torch.cuda.current_device()
+    observed, observed_how = None, None
+    observed_error = "the run stopped before the cold pass ended"
+    libraries = describe_libraries(loaded_cublas())
+    libraries["found_via"] += " (read before any product: the run stopped first)"
     current = "model_load"
     preflight_free = device_memory()["free_bytes"]
     try:
@@ -279,9 +466,24 @@ def main(argv):
             row, state["x"] = run_phase("inputs", 0, inputs)
             phases.append(row)
             current = "cold_forward"
-            row, y = run_phase("cold_forward", 0, forward)
-            phases.append(row)
-            del y
+            # The memory history (alloc order only, no stack traces) is on for the cold pass
+            # alone; it changes no counter.
+            history = start_history(torch, device)
+            try:
+                row, y = run_phase("cold_forward", 0, forward)
+                phases.append(row)
+                del y
+                # Outside any phase: the workspaces the first products allocated, and the cuBLAS
+                # files they ran from.
+                try:
+                    tensors = list(state["model"].parameters()) + [state["x"]]
+                    observed, observed_how = observe_workspaces(torch, device_index, tensors, history)
+                    observed_error = None
+                except Exception as e:  # never lose the run to the observation
+                    observed_error = f"reading the allocator's snapshot failed: {type(e).__name__}: {e}"
+                libraries = describe_libraries(loaded_cublas())
+            finally:
+                stop_history(torch, device, history)
             current = "warmup"
             row, y = run_phase("warmup", 0, warm_all)
             phases.append(row)
@@ -361,6 +563,9 @@ def main(argv):
                 "torch": torch.__version__,
                 "torch_cuda": torch.version.cuda,
                 "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG", "default"),
+                "mirrored_torch": MIRRORED_TORCH,
+                "libraries": libraries,
+                "torch_knobs": knobs(a.knobs_before),
                 "gpu": {
                     "name": props.name,
                     "compute_capability": f"{props.major}.{props.minor}",
@@ -382,7 +587,8 @@ def main(argv):
             "seed": a.seed,
             "allow_tf32": a.allow_tf32,
             "math_mode": math_mode(a.dtype, a.allow_tf32),
-            "memory_policy": memory_policy(torch, props),
+            "memory_policy": observed_policy(torch, observed, observed_how, observed_error,
+                                             computed_policy(props, rows)),
         },
         "synthetic_model": {
             "description": "Linear(width -> hidden) -> GELU (exact erf) -> Linear(hidden -> width), with bias",
@@ -427,6 +633,9 @@ def main(argv):
             print(f"  {r['phase']:<13} #{r['index']:<3} wall {r['wall_seconds'] * 1e3:10.3f} ms  "
                   f"device {dev * 1e3:10.3f} ms  peak allocated {r['memory']['peak_allocated_bytes']:>14} B")
         print(f"complete: {doc['complete']}  ({a.output})")
+    if not torch.__version__.startswith(MIRRORED_TORCH):
+        print(f"pytorch_eager: note: torch {torch.__version__}; iteragpu mirrors torch "
+              f"{MIRRORED_TORCH.rsplit('.', 1)[0]} (compared all the same)", file=sys.stderr)
     if error:
         print(f"pytorch_eager: error: the run is incomplete: {error['message']}", file=sys.stderr)
     return 0 if doc["complete"] else 1

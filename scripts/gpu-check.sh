@@ -1,43 +1,64 @@
 #!/usr/bin/env bash
 # The GPU check (DESIGN.md section 6), a judge: run on a GPU machine with the release binary
-# carried from the development machine (no Rust needed there), in one call of at most five
-# minutes. It says, case by case, whether iteragpu counted what PyTorch counted.
+# carried from the development machine (no Rust needed there). It says, case by case, whether
+# iteragpu counted what PyTorch counted. It is a one-shot: ONE call, at most ten minutes of
+# device time of which the machine's start takes one or two, no room for a second try. The
+# call, exactly:
+#
+#   scripts/gpu-check.sh "$OUT"     with carry ["target/release/iteragpu"] and timeout_s 420
+#
+# (the whole run must end within 420 s; the default budget of 360 s leaves 60 s for the steps
+# that always run after it: nvidia-smi, the judgement, the packing; then give_back).
 #
 #   scripts/gpu-check.sh [OUTPUT_DIR]      (default: $OUT when set, else a new temporary folder)
 #
-# Steps:
+# Steps (one start-up per tool and step: each `environment` runs once, in JSON, and its text is
+# derived from the JSON; `import torch` runs once before the cases):
+#  0. The plan: every step with an ESTIMATE of its seconds from the shapes and its share of the
+#     budget (printed before anything runs; a rehearsal also prints the GPU run's plan).
 #  1. `iteragpu --version` first: a binary that cannot run here (a glibc older than the one it
 #     was built against, a wrong architecture) stops the check at once, with the loader's words.
-#  2. nvidia-smi facts before (and after, at the end); `iteragpu environment`.
-#  3. Cases, each: `measure` (iteragpu), `measure --plan` for the GPU's compute capability, and
+#  2. nvidia-smi facts before (and after, at the end). The torch knobs (TORCH_KNOBS below) are
+#     recorded as found (torch-knobs.json) and cleared for every tool.
+#  3. One `python3 -c` that imports torch, runs one tiny CUDA product and prints torch's version
+#     and the libcublas*/libcublasLt* files it mapped (/proc/self/maps); every iteragpu command
+#     after it runs with LD_LIBRARY_PATH starting with that folder, so both tools load the same
+#     cuBLAS (iteragpu's loader searches the loader path first). A torch other than 2.11.0 is
+#     flagged (iteragpu mirrors 2.11) and still compared.
+#  4. `iteragpu environment --json` (the same cuBLAS files as torch's, or a failed step).
+#  5. Cases, each: `measure` (iteragpu), `measure --plan` for the GPU's compute capability, and
 #     bench/pytorch_eager.py with the same options; nvidia-smi's free memory just before each
 #     tool starts. float32, float16 and bfloat16 at (batch, context, width) = (1,16,64),
-#     (2,128,1024) and (8,4096,8192) (the first two float32 ones are the original kit's examples),
-#     one float32 case with --allow-tf32 (on both sides), one bfloat16 case forced onto the PTX
-#     JIT (`--kernel-form ptx`; its PyTorch side is the plain bfloat16 case's).
-#  4. `environment --device all` (the lot checks) and `probe --device all` (copy bandwidth and GEMM
-#     throughput per GPU against the datasheet), at most GPU_CHECK_PROBE_S seconds of probing in
-#     all, shared among the GPUs and never more than the budget leaves (the CPU's host copies
-#     in a rehearsal).
-#  5. The refused overwrite (exit 2, file unchanged).
-#  6. scripts/gpu_check_report.py judges: per case, every phase row and counter iteragpu |
-#     PyTorch | difference | plan with a verdict, both numerical checks, the device-time ratio,
-#     the memory outside the allocator of both tools, the case's own expectations; then prints
-#     the probe's figures as percentages of the datasheet (reported, not judged: the probe's
-#     warnings do not change the verdict).
+#     (1,1,64) (batch x context = 1: torch leaves the cuBLASLt path there), (2,128,1024) and
+#     (8,4096,8192) (the first two float32 ones are the original kit's examples), one float32
+#     case with --allow-tf32 (on both sides), one bfloat16 case forced onto the PTX JIT
+#     (`--kernel-form ptx`; its PyTorch side is the plain bfloat16 case's).
+#  6. `environment --device all --json` (the lot checks) and `probe --device all` (copy bandwidth
+#     and GEMM throughput per GPU against the datasheet), at most GPU_CHECK_PROBE_S seconds of
+#     probing in all, shared among the GPUs and never more than the budget leaves (the CPU's
+#     host copies in a rehearsal).
+#  7. The refused overwrite (exit 2, file unchanged).
+#  8. scripts/gpu_check_report.py judges: per case, every phase row and counter iteragpu |
+#     PyTorch | difference | plan with a verdict, the workspaces PyTorch was OBSERVED to allocate
+#     against iteragpu's memory_policy, the cuBLAS files of both tools (the same files), the
+#     knobs PyTorch ran with (none), both numerical checks, the device-time ratio, the memory
+#     outside the allocator of both tools, the case's own expectations; then prints the probe's
+#     figures as percentages of the datasheet (reported, not judged).
 #
 # OUTPUT_DIR receives four files (for a harness that carries back few): gpu-check.log
 # (everything printed), summary.txt (the judgement), nvidia-smi.txt (before and after) and
 # gpu-check-json.tar.gz (every document). Exit status: 0 when every step passed and every case is
-# the same; 1 otherwise (a counter differs, a check failed, a step failed or was skipped for time,
-# PyTorch missing on a GPU machine); 2 when the binary is missing or cannot run here.
+# the same; 1 otherwise (a counter, a workspace or a cuBLAS file differs, a check failed, a step
+# failed or was skipped for time, PyTorch missing on a GPU machine); 2 when the binary is missing
+# or cannot run here, or there is no $PYTHON to plan and judge with (nothing else runs then).
 #
 # Environment:
 #   ITERAGPU=PATH           the binary (default ./target/release/iteragpu)
 #   DEVICE=cuda:N           the device (default cuda:0)
 #   PYTHON=PATH             the Python with a CUDA-enabled torch (default python3)
-#   GPU_CHECK_BUDGET_S=N    seconds for the whole check (default 280); later steps are skipped,
-#                           and counted as failures, once it is spent
+#   GPU_CHECK_BUDGET_S=N    seconds for the steps up to the refused overwrite (default 360, within
+#                           the call's limit of 420 s); later steps are skipped, and counted as
+#                           failures, once it is spent
 #   GPU_CHECK_PROBE_S=N     seconds of probing for all GPUs together (default 30, at least 5
 #                           per GPU; 2 in a rehearsal)
 #   GPU_CHECK_REHEARSAL=1   rehearse on the CPU reference device with small shapes (DEVICE
@@ -47,6 +68,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
+LIMIT_S=420
 REHEARSAL=${GPU_CHECK_REHEARSAL:-0}
 if [ "$REHEARSAL" = 1 ]; then
     DEVICE=${DEVICE:-cpu}
@@ -54,7 +76,7 @@ else
     DEVICE=${DEVICE:-cuda:0}
 fi
 BIN=${ITERAGPU:-./target/release/iteragpu}
-BUDGET=${GPU_CHECK_BUDGET_S:-280}
+BUDGET=${GPU_CHECK_BUDGET_S:-360}
 if [ "$REHEARSAL" = 1 ]; then
     PROBE_S=${GPU_CHECK_PROBE_S:-2}
 else
@@ -66,34 +88,75 @@ DIR=${1:-${OUT:-}}
 mkdir -p "$DIR" || exit 2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
+# The environment variables torch reads that change its counters, its workspaces or its path
+# through addmm (bench/pytorch_eager.py's TORCH_KNOBS): recorded as found, then cleared.
+TORCH_KNOBS=(PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF DISABLE_ADDMM_CUDA_LT
+    PYTORCH_NO_CUDA_MEMORY_CACHING CUBLAS_WORKSPACE_CONFIG CUBLASLT_WORKSPACE_SIZE
+    TORCH_CUBLASLT_UNIFIED_WORKSPACE TORCH_CUBLAS_WORKSPACE_CACHE)
 
 # name | options (both tools) | extra options for iteragpu only | judge's notes (peer=, expect=)
-if [ "$REHEARSAL" = 1 ]; then
-    S="--batch 1 --context 16 --width 64"
-    M="--batch 2 --context 16 --width 128"
-    L="--batch 2 --context 32 --width 256"
-else
-    S="--batch 1 --context 16 --width 64"
-    M="--batch 2 --context 128 --width 1024"
-    L="--batch 8 --context 4096 --width 8192"
-fi
-CASES=(
-    "f32-small|$S --dtype float32 --warmup 1 --repeats 2||"
-    "f32-medium|$M --dtype float32 --warmup 3 --repeats 5||"
-    "f16-small|$S --dtype float16 --warmup 1 --repeats 2||"
-    "f16-medium|$M --dtype float16 --warmup 3 --repeats 5||"
-    "bf16-small|$S --dtype bfloat16 --warmup 1 --repeats 2||"
-    "bf16-medium|$M --dtype bfloat16 --warmup 3 --repeats 5||"
-    "f32-large|$L --dtype float32 --warmup 1 --repeats 3||"
-    "f16-large|$L --dtype float16 --warmup 2 --repeats 5||"
-    "bf16-large|$L --dtype bfloat16 --warmup 2 --repeats 5||"
-    "tf32-medium|$M --dtype float32 --warmup 3 --repeats 5 --allow-tf32||expect=allow_tf32:true"
-)
-if [ "$REHEARSAL" = 1 ]; then
-    CASES+=("ptx-medium|$M --dtype bfloat16 --warmup 3 --repeats 5||peer=bf16-medium")
-else
-    CASES+=("ptx-medium|$M --dtype bfloat16 --warmup 3 --repeats 5|--kernel-form ptx|peer=bf16-medium|expect=kernel_form:ptx-jit")
-fi
+build_cases() {
+    local S M L R="--batch 1 --context 1 --width 64"
+    if [ "$1" = rehearsal ]; then
+        S="--batch 1 --context 16 --width 64"
+        M="--batch 2 --context 16 --width 128"
+        L="--batch 2 --context 32 --width 256"
+    else
+        S="--batch 1 --context 16 --width 64"
+        M="--batch 2 --context 128 --width 1024"
+        L="--batch 8 --context 4096 --width 8192"
+    fi
+    CASES=(
+        "f32-small|$S --dtype float32 --warmup 1 --repeats 2||"
+        "f32-row|$R --dtype float32 --warmup 1 --repeats 2||"
+        "f32-medium|$M --dtype float32 --warmup 3 --repeats 5||"
+        "f16-small|$S --dtype float16 --warmup 1 --repeats 2||"
+        "f16-row|$R --dtype float16 --warmup 1 --repeats 2||"
+        "f16-medium|$M --dtype float16 --warmup 3 --repeats 5||"
+        "bf16-small|$S --dtype bfloat16 --warmup 1 --repeats 2||"
+        "bf16-row|$R --dtype bfloat16 --warmup 1 --repeats 2||"
+        "bf16-medium|$M --dtype bfloat16 --warmup 3 --repeats 5||"
+        "f32-large|$L --dtype float32 --warmup 1 --repeats 3||"
+        "f16-large|$L --dtype float16 --warmup 2 --repeats 5||"
+        "bf16-large|$L --dtype bfloat16 --warmup 2 --repeats 5||"
+        "tf32-medium|$M --dtype float32 --warmup 3 --repeats 5 --allow-tf32||expect=allow_tf32:true"
+    )
+    if [ "$1" = rehearsal ]; then
+        CASES+=("ptx-medium|$M --dtype bfloat16 --warmup 3 --repeats 5||peer=bf16-medium")
+    else
+        CASES+=("ptx-medium|$M --dtype bfloat16 --warmup 3 --repeats 5|--kernel-form ptx|peer=bf16-medium|expect=kernel_form:ptx-jit")
+    fi
+}
+build_cases gpu
+GPU_CASES=("${CASES[@]}")
+[ "$REHEARSAL" = 1 ] && build_cases rehearsal
+
+# One start-up of torch: its version, one tiny CUDA product, and the cuBLAS files that product
+# mapped (torch loads its wheel's cuBLAS whatever LD_LIBRARY_PATH says: DT_RPATH and preloading).
+TORCH_PROBE='
+import os, sys
+try:
+    import torch
+except Exception as e:
+    print("pytorch: cannot import torch:", e)
+    sys.exit(3)
+print("pytorch", torch.__version__, "CUDA", torch.version.cuda)
+if not torch.cuda.is_available():
+    print("pytorch: torch.cuda.is_available() is False")
+    sys.exit(4)
+a = torch.ones(8, 8, device=sys.argv[1])
+(a @ a).sum().item()
+torch.cuda.synchronize()
+seen = []
+for line in open("/proc/self/maps"):
+    f = line.split(None, 5)
+    if len(f) == 6:
+        p = f[5].strip()
+        if os.path.basename(p).startswith("libcublas") and ".so" in p and p not in seen:
+            seen.append(p)
+for p in seen:
+    print("cuBLAS file:", p)
+'
 
 failures=0
 START=$SECONDS
@@ -131,9 +194,26 @@ free_bytes() {
     fi
     echo null
 }
+judge() { "$PY" scripts/gpu_check_report.py "$@"; }
 
 main() {
-    echo "gpu-check: device $DEVICE, binary $BIN, budget ${BUDGET} s$([ "$REHEARSAL" = 1 ] && echo ', REHEARSAL (CPU, small shapes)')"
+    echo "gpu-check: device $DEVICE, binary $BIN, budget ${BUDGET} s within the call's ${LIMIT_S} s$([ "$REHEARSAL" = 1 ] && echo ', REHEARSAL (CPU, small shapes)')"
+    [ "$BUDGET" -le $((LIMIT_S - 40)) ] \
+        || echo "WARNING: a budget of ${BUDGET} s leaves under 40 s of the ${LIMIT_S} s call for nvidia-smi, the judgement and the packing"
+    if ! command -v "$PY" >/dev/null 2>&1; then
+        echo "no $PY: the plan, the knobs and the judgement need it (set PYTHON)"
+        return 2
+    fi
+    local rehearsal_flag=()
+    [ "$REHEARSAL" = 1 ] && rehearsal_flag=(--rehearsal)
+    step "the plan"
+    judge --plan "${rehearsal_flag[@]}" --budget "$BUDGET" --limit "$LIMIT_S" --probe-seconds "$PROBE_S" "${CASES[@]}"
+    if [ "$REHEARSAL" = 1 ]; then
+        echo
+        echo "the GPU run's plan (scripts/gpu-check.sh \"\$OUT\" on one GPU), for comparison:"
+        judge --plan --budget "${GPU_CHECK_BUDGET_S:-360}" --limit "$LIMIT_S" --probe-seconds "${GPU_CHECK_PROBE_S:-30}" "${GPU_CASES[@]}"
+    fi
+
     step "the binary runs here"
     if [ ! -x "$BIN" ]; then
         echo "no binary at $BIN (build it with cargo build --release and carry it, or set ITERAGPU)"
@@ -147,33 +227,62 @@ main() {
     fi
     ldd --version 2>&1 | head -1
 
-    step "nvidia-smi before"
+    step "nvidia-smi before; the torch knobs"
     smi_facts | tee "$WORK/nvidia-smi-before.txt"
+    judge --record-knobs "$WORK/torch-knobs.json" "${TORCH_KNOBS[@]}" || fail "recording the torch knobs"
+    unset "${TORCH_KNOBS[@]}"
+
+    local torch=0 torch_files=() line dirs="" d rc
+    if [ "$REHEARSAL" = 1 ]; then
+        step "pytorch: skipped in a rehearsal (each run is judged against its plan; no cuBLAS folder)"
+    else
+        step "pytorch and its cuBLAS (one import torch, one tiny product)"
+        bounded 120 "$PY" -c "$TORCH_PROBE" "$DEVICE" >"$WORK/torch-probe.txt" 2>&1
+        rc=$?
+        cat "$WORK/torch-probe.txt"
+        if [ "$rc" -eq 0 ]; then
+            torch=1
+        else
+            fail "pytorch: $PY has no CUDA-enabled torch here (exit $rc), so nothing can be compared with it"
+        fi
+        while IFS= read -r line; do
+            case "$line" in "cuBLAS file: "*) torch_files+=("${line#cuBLAS file: }") ;; esac
+        done <"$WORK/torch-probe.txt"
+        line=$(sed -n 's/^pytorch \([^ ]*\) CUDA.*/\1/p' "$WORK/torch-probe.txt" | head -1)
+        if [ -n "$line" ] && [ "${line%%+*}" != 2.11.0 ]; then
+            echo "NOTE: torch $line is not 2.11.0, the torch iteragpu mirrors (2.11): compared all the same"
+        fi
+        # cuBLASLt's folder first (iteragpu's loader opens cuBLASLt by name, then cuBLAS beside it).
+        for d in $(for f in "${torch_files[@]}"; do case "${f##*/}" in libcublasLt*) dirname "$f" ;; esac; done) \
+            $(for f in "${torch_files[@]}"; do dirname "$f"; done); do
+            case ":$dirs:" in *":$d:"*) ;; *) dirs=${dirs:+$dirs:}$d ;; esac
+        done
+        if [ -n "$dirs" ]; then
+            export LD_LIBRARY_PATH="$dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+            echo "every iteragpu command runs with LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+        elif [ "$torch" = 1 ]; then
+            fail "pytorch: no libcublas file in its /proc/self/maps after a product"
+        fi
+    fi
 
     step "environment"
-    bounded 60 "$BIN" environment --device "$DEVICE" || fail "environment"
+    local cc="" plan_device=cpu gpus=1 desc
     if bounded 60 "$BIN" environment --device "$DEVICE" --json >"$WORK/environment.json"; then
-        grep -q '"usable": true' "$WORK/environment.json" || fail "environment: $DEVICE is not usable"
+        desc=$(judge --environment "$WORK/environment.json" "${torch_files[@]}")
+        rc=$?
+        echo "$desc"
+        [ "$rc" -eq 0 ] || fail "environment: $DEVICE is not usable, or its cuBLAS is not torch's (see above)"
     else
         fail "environment --json"
+        desc=""
     fi
-    local cc="" plan_device=cpu
     if [ "$REHEARSAL" != 1 ]; then
-        cc=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["details"]["gpu"]["compute_capability"])' "$WORK/environment.json" 2>/dev/null)
-        UUID=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["details"]["gpu"]["uuid"])' "$WORK/environment.json" 2>/dev/null)
+        cc=$(sed -n 's/^  compute capability: //p' <<<"$desc" | head -1)
+        UUID=$(sed -n 's/^  uuid: //p' <<<"$desc" | head -1)
+        gpus=$(sed -n 's/^  visible devices: //p' <<<"$desc" | head -1)
+        [ -n "$gpus" ] || gpus=1
         plan_device=cuda
         [ -n "$cc" ] || fail "no compute capability in the environment report"
-    fi
-
-    local torch=0
-    if [ "$REHEARSAL" = 1 ]; then
-        echo "pytorch: skipped in a rehearsal (each run is judged against its plan)"
-    elif command -v "$PY" >/dev/null 2>&1 \
-        && "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-        torch=1
-        "$PY" -c "import torch; print('pytorch', torch.__version__, 'CUDA', torch.version.cuda)"
-    else
-        fail "pytorch: $PY has no CUDA-enabled torch here, so nothing can be compared with it"
     fi
 
     local names=() case name opts ours_only notes ours_free torch_free
@@ -199,24 +308,23 @@ main() {
             step "$name: pytorch eager"
             torch_free=$(free_bytes)
             # shellcheck disable=SC2086
-            # PyTorch's defaults, as iteragpu's (whose knobs are options, not the environment).
-            bounded 120 env -u CUBLAS_WORKSPACE_CONFIG -u CUBLASLT_WORKSPACE_SIZE \
-                -u TORCH_CUBLASLT_UNIFIED_WORKSPACE -u PYTORCH_CUDA_ALLOC_CONF \
-                "$PY" bench/pytorch_eager.py --device "$DEVICE" $opts --output "$WORK/$name.torch.json" \
+            bounded 120 "$PY" bench/pytorch_eager.py --device "$DEVICE" $opts \
+                --knobs-before "$WORK/torch-knobs.json" --output "$WORK/$name.torch.json" \
                 || fail "pytorch $name (exit $?)"
         fi
         echo "{\"ours\": $ours_free, \"torch\": $torch_free}" >"$WORK/$name.free.json"
     done
 
     step "the lot and the probe"
-    local probe_device=all gpus=1 per_gpu left
+    local probe_device=all per_gpu left
     if [ "$REHEARSAL" = 1 ]; then
         probe_device=cpu
         echo "environment --device all: skipped in a rehearsal (no GPU)"
     elif bounded 60 "$BIN" environment --device all --json >"$WORK/lot.json"; then
-        bounded 60 "$BIN" environment --device all 2>&1 | sed -n '/^lot checks:/,$p'
-        gpus=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("visible_devices") or 1)' "$WORK/lot.json" 2>/dev/null)
-        [ -n "$gpus" ] || gpus=1
+        desc=$(judge --lot "$WORK/lot.json")
+        echo "$desc"
+        d=$(sed -n 's/^visible devices: //p' <<<"$desc" | head -1)
+        [ -n "$d" ] && gpus=$d
     else
         fail "environment --device all"
     fi
@@ -236,7 +344,7 @@ main() {
     fi
 
     step "refused overwrite"
-    local target="$WORK/f32-small.json" before rc
+    local target="$WORK/f32-small.json" before
     if [ ! -f "$target" ]; then
         fail "no f32-small.json to try overwriting"
     else
@@ -259,12 +367,8 @@ main() {
     step "judgement"
     local peer_flag=()
     [ "$REHEARSAL" = 1 ] || peer_flag=(--require-peer)
-    if command -v "$PY" >/dev/null 2>&1; then
-        "$PY" scripts/gpu_check_report.py "$WORK" "${peer_flag[@]}" "${names[@]}" | tee "$DIR/summary.txt"
-        [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the judgement found differences or failures (summary.txt)"
-    else
-        fail "no $PY to judge with"
-    fi
+    judge "$WORK" "${peer_flag[@]}" "${names[@]}" | tee "$DIR/summary.txt"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || fail "the judgement found differences or failures (summary.txt)"
     tar -czf "$DIR/gpu-check-json.tar.gz" -C "$WORK" . || fail "packing the documents"
     echo
     echo "outputs: $DIR/gpu-check.log, $DIR/summary.txt, $DIR/nvidia-smi.txt, $DIR/gpu-check-json.tar.gz ($((SECONDS - START)) s)"

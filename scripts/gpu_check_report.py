@@ -17,6 +17,15 @@ before each tool started). It prints, per case:
   reserved;
 - what each case expects of itself (the PTX-JIT case loaded ptx-jit, the TF32 case used TF32).
 
+- the workspaces: the blocks PyTorch's allocator was OBSERVED to hold after its cold pass that
+  are not tensors of the model (bench/pytorch_eager.py: the cuBLAS workspace, then the cuBLASLt
+  one on the Lt path) against the blocks iteragpu's `configuration.memory_policy` says it
+  allocates; a torch other than the one iteragpu mirrors (2.11.0) is flagged and still compared;
+- the cuBLAS and cuBLASLt files each tool ran with (iteragpu's `environment.details.libraries`,
+  PyTorch's from /proc/self/maps), which must be the same files (resolved paths);
+- the torch knobs PyTorch ran with (all must be unset; gpu-check.sh clears them and records what
+  it found in torch-knobs.json).
+
 When the folder holds probe.json (iteragpu probe --device all), it then prints every figure of
 the probe per GPU (copy bandwidth, GEMM throughput, peer copies) with its datasheet figure and
 the percentage, and the probe's warnings. The probe is reported, not judged: it does not change
@@ -25,9 +34,20 @@ the exit status.
 usage: gpu_check_report.py WORK_DIR [--require-peer] CASE[|peer=OTHER][|expect=KEY:VALUE] ...
 Exit 0 when every counter is the same, every check passed and every expectation holds; 1 when
 anything differs or failed (or, with --require-peer, a PyTorch document is missing); 2 on bad use.
+
+gpu-check.sh's other uses of it (one Python start-up each, no torch):
+  gpu_check_report.py --record-knobs FILE NAME...   writes {NAME: value or null} as found
+  gpu_check_report.py --environment FILE [CUBLAS_FILE...]
+                      the facts of an `environment --json` document, as text; with the cuBLAS
+                      files torch loaded, exit 1 unless iteragpu loaded the same ones
+  gpu_check_report.py --lot FILE                    the lot checks of `environment --device all --json`
+  gpu_check_report.py --plan [--rehearsal] --budget S --limit S --probe-seconds S SPEC...
+                      the planned steps, each with an ESTIMATE of its seconds from the shapes
+                      and its share of the budget (SPEC: NAME|OPTIONS|ITERAGPU_ONLY|NOTES)
 """
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -80,6 +100,127 @@ def outside(doc, free_before):
     setup = free_before - first if first is not None else None
     end = free_before - after - last["end_reserved_bytes"] if after is not None else None
     return setup, end
+
+
+LT_PATH = "cublaslt_bias_epilogue"
+
+
+def takes_lt_path(policy):
+    """Whether some Linear takes the cuBLASLt path: `memory_policy.linear_paths` when the policy
+    lists them (torch leaves that path for a product with a dimension of 1, or with
+    DISABLE_ADDMM_CUDA_LT=1), else every Linear does."""
+    paths = policy.get("linear_paths")
+    if not isinstance(paths, list) or not paths:
+        return True
+    return any((p or {}).get("path") == LT_PATH for p in paths)
+
+
+def implied_workspaces(policy):
+    """The workspace blocks a memory_policy says are allocated: the cuBLAS one, and the cuBLASLt
+    one unless it is unified (shared), empty, or no Linear takes the cuBLASLt path."""
+    blocks = []
+    if (policy.get("cublas_workspace_bytes") or 0) > 0:
+        blocks.append(("cuBLAS", policy["cublas_workspace_bytes"]))
+    if ((policy.get("cublaslt_workspace_bytes") or 0) > 0 and not policy.get("cublaslt_workspace_unified")
+            and takes_lt_path(policy)):
+        blocks.append(("cuBLASLt", policy["cublaslt_workspace_bytes"]))
+    return blocks
+
+
+def blocks_text(blocks):
+    return " + ".join(f"{role} {size}" for role, size in blocks) if blocks else "none"
+
+
+def compare_workspaces(pol_ours, torch):
+    """iteragpu's memory_policy against the workspaces PyTorch was observed to allocate."""
+    pol_torch = (torch.get("configuration") or {}).get("memory_policy") or {}
+    ours = implied_workspaces(pol_ours)
+    observed = pol_torch.get("observed_workspaces")
+    if not isinstance(observed, list):
+        why = pol_torch.get("observation_error") or "the document has no observed_workspaces"
+        print(f"   workspaces: iteragpu's memory_policy {blocks_text(ours)}; PyTorch's NOT OBSERVED ({why})")
+        return [f"PyTorch's workspaces were not observed ({why})"]
+    theirs = [((b.get("role") or "unknown").replace(" workspace", ""), b.get("requested_size", b.get("size")))
+              for b in observed]
+    same = sorted(size for _, size in ours) == sorted(size for _, size in theirs)
+    paths = [f"{p.get('layer', '?')} {p.get('path', '?')}" for p in pol_ours.get("linear_paths") or []
+             if isinstance(p, dict)]
+    print(f"   workspaces: iteragpu's memory_policy {blocks_text(ours)} B"
+          f"{' (cuBLASLt unified)' if pol_ours.get('cublaslt_workspace_unified') else ''}"
+          f"{'' if takes_lt_path(pol_ours) else ' (no cuBLASLt path: ' + ', '.join(paths) + ')'}; "
+          f"PyTorch observed {blocks_text(theirs)} B after the cold pass  {'same' if same else 'DIFFERENT'}")
+    if same:
+        return []
+    named = dict(theirs)
+    for role, key in (("cuBLAS", "cublas_workspace_bytes"), ("cuBLASLt", "cublaslt_workspace_bytes")):
+        mine = dict(ours).get(role, 0)
+        got = named.get(role, 0)
+        if mine != got:
+            print(f"   memory_policy.{key}: iteragpu {mine}, pytorch observed {got}")
+    return [f"workspaces differ: iteragpu's memory_policy {blocks_text(ours)}, "
+            f"PyTorch observed {blocks_text(theirs)}"]
+
+
+def library_file(doc, key):
+    libs = (((doc or {}).get("environment") or {}).get("details") or {})
+    libs = (libs.get("libraries") if isinstance(libs, dict) else None) or {}
+    return (libs.get(key) or {}).get("library")
+
+
+def resolved(path):
+    return os.path.realpath(os.path.expanduser(path))
+
+
+def compare_libraries(ours, torch):
+    """The cuBLAS and cuBLASLt files each tool ran with must be the same files."""
+    problems = []
+    for key, label in (("cublas", "cuBLAS"), ("cublaslt", "cuBLASLt")):
+        a, b = library_file(ours, key), library_file(torch, key)
+        if a is None or b is None:
+            who = " and ".join(w for w, f in (("iteragpu", a), ("PyTorch", b)) if f is None)
+            print(f"   {label} file: iteragpu {a or '-'}, pytorch {b or '-'}  NOT RECORDED by {who}")
+            problems.append(f"{label} file not recorded by {who}")
+            continue
+        ra, rb = resolved(a), resolved(b)
+        show = lambda p, r: p if p == r else f"{p} ({r})"
+        print(f"   {label} file: iteragpu {show(a, ra)}, pytorch {show(b, rb)}  {'same' if ra == rb else 'DIFFERENT'}")
+        if ra != rb:
+            problems.append(f"different {label} files: iteragpu {ra}, PyTorch {rb}")
+    files = ((((torch.get("environment") or {}).get("details") or {}).get("libraries") or {}).get("files")) or []
+    for prefix, label in (("libcublasLt", "cuBLASLt"), ("libcublas.", "cuBLAS")):
+        mapped = sorted({resolved(f) for f in files if os.path.basename(f).startswith(prefix)})
+        if len(mapped) > 1:
+            print(f"   PyTorch has {len(mapped)} {label} files mapped: {', '.join(mapped)}  DIFFERENT")
+            problems.append(f"PyTorch has {len(mapped)} {label} files mapped")
+    return problems
+
+
+def torch_knobs_as_run(torch):
+    knobs = (((torch.get("environment") or {}).get("details") or {}).get("torch_knobs") or {}).get("as_run")
+    if not isinstance(knobs, dict):
+        print("   torch knobs: not recorded by the PyTorch document")
+        return ["torch knobs not recorded"]
+    set_ = [f"{k}={v}" for k, v in knobs.items() if v is not None]
+    if set_:
+        print(f"   torch knobs: PyTorch ran with {', '.join(set_)}  DIFFERENT (gpu-check clears them)")
+        return [f"PyTorch ran with {', '.join(set_)}"]
+    return []
+
+
+def torch_version(torch):
+    det = ((torch.get("environment") or {}).get("details") or {})
+    return det.get("torch") or (torch.get("tool") or {}).get("version")
+
+
+def flag_torch_version(pol_ours, torch):
+    """A torch other than the one iteragpu mirrors is flagged (a line), and still compared."""
+    mirrors = pol_ours.get("mirrors") or "torch 2.11"
+    want = mirrors.split()[-1]
+    got = torch_version(torch) or "unknown"
+    base = got.split("+")[0]
+    if base != want and not (want.count(".") == 1 and base == want + ".0"):
+        print(f"   PyTorch is torch {got}; iteragpu mirrors {mirrors}: compared all the same, "
+              f"a difference may be this torch's")
 
 
 def report_case(work, spec, require_peer, glance):
@@ -135,12 +276,11 @@ def report_case(work, spec, require_peer, glance):
         different += 1
     if different:
         problems.append(f"{different} counter(s) differ")
-    pol_ours = c.get("memory_policy") or {}
-    pol_torch = ((torch or {}).get("configuration") or {}).get("memory_policy") or {}
-    for k in ("cublas_workspace_bytes", "cublaslt_workspace_bytes", "cublaslt_workspace_unified"):
-        if torch is not None and pol_torch.get(k) != pol_ours.get(k):
-            print(f"   memory_policy.{k}: iteragpu {pol_ours.get(k)}, pytorch {pol_torch.get(k)}  DIFFERENT")
-            problems.append(f"memory_policy.{k} differs")
+    if torch is not None:
+        problems += compare_workspaces(c.get("memory_policy") or {}, torch)
+        problems += compare_libraries(ours, torch)
+        problems += torch_knobs_as_run(torch)
+        flag_torch_version(c.get("memory_policy") or {}, torch)
 
     # Numerical checks, each tool's own.
     for who, doc in (("iteragpu check", ours), ("PyTorch check", torch)):
@@ -241,10 +381,190 @@ def report_probe(work):
     return True
 
 
+def record_knobs(path, names):
+    """Writes {name: value or null} for the knobs as this process found them; prints them."""
+    found = {k: os.environ.get(k) for k in names}
+    with open(path, "w") as f:
+        json.dump(found, f, indent=2)
+        f.write("\n")
+    set_ = [f"{k}={v}" for k, v in found.items() if v is not None]
+    print(f"torch knobs found: {', '.join(set_) if set_ else 'none set'}; "
+          f"cleared for every tool ({', '.join(names)})")
+    return 0
+
+
+def describe_environment(path, torch_files):
+    """The facts of `environment --json` as text (gpu-check runs `environment` once, in JSON),
+    with `compute capability:`, `uuid:` and `visible devices:` lines for the script to read.
+    With the cuBLAS files torch loaded: exit 1 unless iteragpu loaded the same ones."""
+    env = load(path)
+    if not isinstance(env, dict):
+        print(f"environment: no document ({path})")
+        return 1
+    det = env.get("details") if isinstance(env.get("details"), dict) else {}
+    gpu = det.get("gpu") or {}
+    drv = det.get("driver") or {}
+    nvml = det.get("nvml") or {}
+    libs = det.get("libraries") or {}
+    tool = env.get("tool") or {}
+    print(f"{tool.get('name', '-')} {tool.get('version', '-')} ({tool.get('commit') or 'unknown commit'})")
+    print(f"device {env.get('requested_device', '-')}: backend {env.get('backend', '-')}, "
+          f"usable: {'yes' if env.get('usable') else 'NO'}"
+          f"{', CPU reference device' if env.get('reference_device') else ''}")
+    if env.get("problem"):
+        print(f"  problem: {env['problem']}")
+    if gpu:
+        print(f"  gpu: {gpu.get('name', '-')}, {num(gpu.get('total_memory_bytes') and gpu['total_memory_bytes'] / MiB, '.0f')} MiB")
+        print(f"  compute capability: {gpu.get('compute_capability', '')}")
+        print(f"  uuid: {gpu.get('uuid', '')}")
+    if drv:
+        print(f"  driver: {drv.get('library', '-')} (CUDA {drv.get('cuda_version', '-')})")
+    if nvml:
+        print(f"  nvml: {nvml.get('library', '-')}, driver {nvml.get('driver_version', '-')}")
+    for key, label in (("cublas", "cuBLAS"), ("cublaslt", "cuBLASLt")):
+        lib = libs.get(key) or {}
+        if lib:
+            print(f"  {label}: {lib.get('library', '-')} ({lib.get('version', '-')})")
+    if libs:
+        print(f"  cuBLAS found via: {libs.get('found_via', '-')}")
+    for k in ("kernel_form", "cpu_model", "gemm"):
+        if det.get(k):
+            print(f"  {k.replace('_', ' ')}: {det[k]}")
+    if det.get("visible_devices") is not None:
+        print(f"  visible devices: {det['visible_devices']}")
+    ok = bool(env.get("usable"))
+    if torch_files:
+        for key, label, prefix in (("cublas", "cuBLAS", "libcublas."), ("cublaslt", "cuBLASLt", "libcublasLt")):
+            theirs = sorted({resolved(f) for f in torch_files if os.path.basename(f).startswith(prefix)})
+            mine = (libs.get(key) or {}).get("library")
+            if mine is not None and [resolved(mine)] == theirs:
+                print(f"  {label}: the same file as torch's")
+            else:
+                print(f"  {label}: DIFFERENT files: iteragpu {resolved(mine) if mine else 'loaded none'}, "
+                      f"torch {', '.join(theirs) or 'mapped none'}")
+                ok = False
+    return 0 if ok else 1
+
+
+def describe_lot(path):
+    """The lot checks of `environment --device all --json`, as `environment --device all` prints them."""
+    doc = load(path)
+    if not isinstance(doc, dict):
+        print(f"lot: no document ({path})")
+        return 1
+    findings = doc.get("findings") or []
+    warnings = sum(1 for f in findings if f.get("severity") == "warning")
+    print(f"visible devices: {doc.get('visible_devices') or 1}")
+    if doc.get("problem"):
+        print(f"problem: {doc['problem']}")
+    print(f"lot checks: {warnings} warning(s), {len(findings) - warnings} note(s) "
+          f"(datasheet table: {doc.get('datasheet', '-')})")
+    for f in sorted(findings, key=lambda f: f.get("severity") != "warning"):
+        print(f"  {'WARNING' if f.get('severity') == 'warning' else 'note'} {f.get('code')}: {f.get('message')}")
+    return 0
+
+
+# The estimate's figures (seconds, FLOP/s), stated as assumptions, not measurements: a fresh
+# H200 VM for the GPU run, two CPU cores for the rehearsal.
+GPU_COSTS = {
+    "ours_start": 3.0,     # process, cuInit and context, loading cuBLAS/cuBLASLt
+    "torch_start": 8.0,    # import torch, CUDA context, cuBLAS
+    "plan": 0.2,           # measure --plan (no device)
+    "smi": 0.5,            # one nvidia-smi query
+    "per_param": 12e-9,    # model load (host init, copy) plus the float64 check, per parameter
+    "forward_overhead": 2e-4,
+    "flops": {"float32": 50e12, "tf32": 400e12, "float16": 600e12, "bfloat16": 600e12},
+    "environment": 3.0, "torch_probe": 10.0, "lot": 4.0, "probe_start": 10.0, "overwrite": 1.0,
+    "smi_full": 1.5, "judge": 2.0,
+}
+CPU_COSTS = {
+    "ours_start": 0.03, "torch_start": 0.0, "plan": 0.02, "smi": 0.0, "per_param": 30e-9,
+    "forward_overhead": 1e-4,
+    "flops": {"float32": 20e9, "tf32": 20e9, "float16": 15e9, "bfloat16": 15e9},
+    "environment": 0.03, "torch_probe": 0.0, "lot": 0.0, "probe_start": 0.5, "overwrite": 0.03,
+    "smi_full": 0.0, "judge": 0.3,
+}
+
+
+def case_estimate(spec, costs, torch):
+    """(seconds for iteragpu, seconds for PyTorch or None) for one case, from its shape."""
+    parts = spec.split("|")
+    words = " ".join(parts[1:3]).split()
+    opt = lambda name, default: int(words[words.index(name) + 1]) if name in words else default
+    width = opt("--width", 64)
+    hidden = opt("--hidden", 4 * width)
+    rows = opt("--batch", 1) * opt("--context", 16)
+    dtype = words[words.index("--dtype") + 1] if "--dtype" in words else "float32"
+    kind = "tf32" if dtype == "float32" and "--allow-tf32" in words else dtype
+    passes = 1 + opt("--warmup", 1) + opt("--repeats", 2)
+    params = 2 * width * hidden + width + hidden
+    body = (passes * (4 * rows * width * hidden / costs["flops"][kind] + costs["forward_overhead"])
+            + params * costs["per_param"])
+    ours = costs["ours_start"] + body + costs["plan"] + costs["smi"]
+    peer = any(p.startswith("peer=") for p in parts[3:])
+    theirs = costs["torch_start"] + body + costs["smi"] if torch and not peer else None
+    return ours, theirs
+
+
+def plan(argv):
+    """Prints the planned steps, each with an estimate of its seconds and its share of the budget."""
+    rehearsal = "--rehearsal" in argv
+    args = [a for a in argv if a != "--rehearsal"]
+    values = {}
+    while args and args[0].startswith("--"):
+        values[args[0]] = float(args[1])
+        args = args[2:]
+    budget = values.get("--budget", 360)
+    limit = values.get("--limit", 420)
+    probe_s = values.get("--probe-seconds", 30)
+    costs = CPU_COSTS if rehearsal else GPU_COSTS
+    torch = not rehearsal
+    steps = [
+        ("the binary runs here", 0.05),
+        ("nvidia-smi before", costs["smi_full"] if torch else None),
+        ("pytorch and its cuBLAS (one import torch)", costs["torch_probe"] if torch else None),
+        ("environment (--json, once)", costs["environment"]),
+    ]
+    for spec in args:
+        ours, theirs = case_estimate(spec, costs, torch)
+        name = spec.split("|")[0]
+        steps.append((f"{name}: iteragpu measure + plan", ours))
+        if theirs is not None:
+            steps.append((f"{name}: pytorch eager", theirs))
+    steps += [
+        ("the lot (environment --device all --json, once)", costs["lot"] if torch else None),
+        (f"probe ({probe_s:g} s of probing)", probe_s + costs["probe_start"]),
+        ("refused overwrite", costs["overwrite"]),
+        ("nvidia-smi after", costs["smi_full"] if torch else None),
+        ("judgement and packing", costs["judge"]),
+    ]
+    total = sum(sec for _, sec in steps if sec is not None)
+    print(f"plan: an ESTIMATE per step from the shapes ({'two CPU cores' if rehearsal else 'a fresh H200 VM'}"
+          f", {'no PyTorch' if rehearsal else 'start-ups included'}), not a measurement; "
+          f"budget {budget:g} s within the call's {limit:g} s")
+    print(f"   {'step':<48} {'estimate':>9} {'share':>7}")
+    for label, sec in steps:
+        if sec is None:
+            print(f"   {label:<48} {'skipped (rehearsal)':>17}")
+        else:
+            print(f"   {label:<48} {sec:>8.1f}s {100 * sec / budget:>6.1f}%")
+    print(f"   {'total (estimate)':<48} {total:>8.1f}s {100 * total / budget:>6.1f}%  "
+          f"({'fits' if total <= budget else 'OVER the budget'}, {budget - total:+.0f} s)")
+    return 0
+
+
 def main(argv):
     if not argv:
         print(__doc__, file=sys.stderr)
         return 2
+    if argv[0] == "--record-knobs" and len(argv) >= 2:
+        return record_knobs(argv[1], argv[2:])
+    if argv[0] == "--environment" and len(argv) >= 2:
+        return describe_environment(argv[1], argv[2:])
+    if argv[0] == "--lot" and len(argv) == 2:
+        return describe_lot(argv[1])
+    if argv[0] == "--plan":
+        return plan(argv[1:])
     work, rest = argv[0], argv[1:]
     require_peer = "--require-peer" in rest
     cases = [a for a in rest if a != "--require-peer"]
@@ -259,6 +579,13 @@ def main(argv):
           f"compute capability {gpu.get('compute_capability', '-')}, driver "
           f"{(det.get('nvml') or {}).get('driver_version', '-')} (CUDA {(det.get('driver') or {}).get('cuda_version', '-')}), "
           f"cuBLAS {(libs.get('cublas') or {}).get('version', '-')}, kernels {det.get('kernel_form', '-')}")
+    if libs:
+        print(f"iteragpu's cuBLAS: {(libs.get('cublas') or {}).get('library', '-')}, cuBLASLt "
+              f"{(libs.get('cublaslt') or {}).get('library', '-')} (found via {libs.get('found_via', '-')})")
+    knobs = load(os.path.join(work, "torch-knobs.json"))
+    if isinstance(knobs, dict):
+        set_ = [f"{k}={v}" for k, v in knobs.items() if v is not None]
+        print(f"torch knobs found before gpu-check cleared them: {', '.join(set_) if set_ else 'none set'}")
     failed = {}
     glance = []
     for spec in cases:

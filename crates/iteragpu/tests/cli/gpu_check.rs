@@ -1,6 +1,8 @@
 //! `scripts/gpu-check.sh` and its judge, `scripts/gpu_check_report.py`, without a GPU: the
-//! rehearsal on the CPU reference device, the fail-fast `--version`, and a verdict that fails on
-//! one wrong counter.
+//! rehearsal on the CPU reference device (with its plan), the fail-fast `--version`, and a
+//! verdict that fails on one wrong counter, on a workspace PyTorch was observed to allocate that
+//! iteragpu's policy does not have, on two different cuBLAS files and on a torch knob left set.
+//! The judge is fed doctored documents: no torch is needed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -32,6 +34,8 @@ fn the_gpu_check_rehearses_on_the_cpu_and_judges_every_case() {
         .env("GPU_CHECK_REHEARSAL", "1")
         .env("ITERAGPU", binary())
         .env_remove("DEVICE")
+        .env_remove("GPU_CHECK_BUDGET_S")
+        .env_remove("GPU_CHECK_PROBE_S")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -51,9 +55,16 @@ fn the_gpu_check_rehearses_on_the_cpu_and_judges_every_case() {
     );
     let summary = std::fs::read_to_string(out_dir.path().join("summary.txt")).unwrap();
     assert!(
-        summary.contains("verdict: all 11 case(s) SAME"),
+        summary.contains("verdict: all 14 case(s) SAME"),
         "{summary}"
     );
+    // One case per dtype with batch x context = 1 (torch's non-Lt path on a GPU).
+    for (name, dtype) in [("f32", "float32"), ("f16", "float16"), ("bf16", "bfloat16")] {
+        assert!(
+            summary.contains(&format!("== {name}-row: {dtype} [1 x 1 x 64]")),
+            "{summary}"
+        );
+    }
     assert!(summary.contains("== tf32-medium: float32"), "{summary}");
     assert!(
         summary.contains("cold_forward[0]  peak_reserved_bytes"),
@@ -67,6 +78,47 @@ fn the_gpu_check_rehearses_on_the_cpu_and_judges_every_case() {
     assert!(summary.contains("   cpu      host_memcpy "), "{summary}");
     assert!(summary.contains("   probe complete"), "{summary}");
     let log = std::fs::read_to_string(out_dir.path().join("gpu-check.log")).unwrap();
+    // The plan comes first: every step with an estimate and its share of the budget, stated as
+    // an estimate; then the GPU run's plan within the 360 s budget of the 420 s call.
+    let plan_at = log
+        .find("plan: an ESTIMATE per step from the shapes")
+        .expect(&log);
+    assert!(
+        plan_at < log.find("] the binary runs here").unwrap(),
+        "{log}"
+    );
+    assert!(
+        log.contains("not a measurement; budget 360 s within the call's 420 s"),
+        "{log}"
+    );
+    for row in [
+        "   environment (--json, once)",
+        "   f32-row: iteragpu measure + plan",
+        "   ptx-medium: iteragpu measure + plan",
+        "   probe (2 s of probing)",
+        "   pytorch and its cuBLAS (one import torch)        skipped (rehearsal)",
+        "   f32-large: pytorch eager",
+        "   probe (30 s of probing)",
+        "   total (estimate)",
+    ] {
+        assert!(log.contains(row), "{row:?} not in {log}");
+    }
+    assert!(log.contains("the GPU run's plan"), "{log}");
+    let shares = log
+        .lines()
+        .filter(|l| l.starts_with("   ") && l.trim_end().ends_with('%'))
+        .count();
+    assert!(shares > 2 * 14, "{log}");
+    // One start-up per tool and step: `environment` once, in JSON, its text derived.
+    assert_eq!(log.matches("] environment").count(), 1, "{log}");
+    assert!(
+        log.contains("device cpu: backend cpu-reference, usable: yes"),
+        "{log}"
+    );
+    assert!(
+        log.contains("torch knobs found: none set; cleared for every tool (PYTORCH_ALLOC_CONF,"),
+        "{log}"
+    );
     assert!(log.contains("probe --device cpu --seconds 2"), "{log}");
     assert!(log.contains("refused with exit 2, as expected"), "{log}");
     assert!(log.contains("gpu-check: all steps passed"), "{log}");
@@ -136,7 +188,78 @@ fn case_folder() -> tempfile::TempDir {
         r#"{"ours": null, "torch": null}"#,
     )
     .unwrap();
+    // Both tools ran with the same cuBLAS files: iteragpu's environment report names them as the
+    // CUDA device does, PyTorch's as /proc/self/maps shows them.
+    edit(&work.path().join("c.json"), |v| {
+        v["environment"]["details"]["libraries"] = serde_json::json!({
+            "cublas": {"library": CUBLAS, "version": "13.1.0"},
+            "cublaslt": {"library": CUBLASLT, "version": "13.1.0"},
+            "found_via": "loader path",
+        });
+    });
+    edit(&work.path().join("c.torch.json"), |v| {
+        as_pytorch(v, &[]);
+    });
     work
+}
+
+const CUBLAS: &str =
+    "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublas.so.13";
+const CUBLASLT: &str =
+    "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13";
+const MIB: u64 = 1_048_576;
+
+/// Turns a copy of an iteragpu document into what bench/pytorch_eager.py writes: torch 2.11.0,
+/// the cuBLAS files it mapped, the knobs it ran with (none) and the workspace blocks observed
+/// after the cold pass (cuBLAS first, then cuBLASLt), beside the computed policy.
+fn as_pytorch(v: &mut Value, workspaces: &[u64]) {
+    v["tool"] =
+        serde_json::json!({"name": "pytorch-eager", "version": "2.11.0+cu130", "commit": null});
+    let details = &mut v["environment"]["details"];
+    details["torch"] = "2.11.0+cu130".into();
+    details["libraries"] = serde_json::json!({
+        "cublas": {"library": CUBLAS, "version": "13.1.0"},
+        "cublaslt": {"library": CUBLASLT, "version": "13.1.0"},
+        "found_via": "torch's own loading; the files mapped in /proc/self/maps after the first product",
+        "files": [CUBLASLT, CUBLAS],
+    });
+    let knobs = serde_json::json!({
+        "PYTORCH_ALLOC_CONF": null, "PYTORCH_CUDA_ALLOC_CONF": null, "DISABLE_ADDMM_CUDA_LT": null,
+        "PYTORCH_NO_CUDA_MEMORY_CACHING": null, "CUBLAS_WORKSPACE_CONFIG": null,
+        "CUBLASLT_WORKSPACE_SIZE": null, "TORCH_CUBLASLT_UNIFIED_WORKSPACE": null,
+        "TORCH_CUBLAS_WORKSPACE_CACHE": null,
+    });
+    details["torch_knobs"] = serde_json::json!({"as_run": knobs, "before_clearing": knobs});
+    observe(v, workspaces);
+}
+
+/// Sets the workspace blocks PyTorch was observed to hold after its cold pass.
+fn observe(v: &mut Value, workspaces: &[u64]) {
+    let roles = ["cuBLAS workspace", "cuBLASLt workspace"];
+    let blocks: Vec<Value> = workspaces
+        .iter()
+        .enumerate()
+        .map(|(i, &size)| {
+            serde_json::json!({"address": 0x7f00_0000_0000_u64 + (i as u64) * 64 * MIB,
+                "size": size, "requested_size": size, "segment_type": "large", "order": i,
+                "role": roles.get(i).copied().unwrap_or("unknown")})
+        })
+        .collect();
+    let policy = &mut v["configuration"]["memory_policy"];
+    policy["mirrors"] = "torch 2.11.0+cu130".into();
+    policy["cublas_workspace_bytes"] = workspaces.first().copied().unwrap_or(0).into();
+    policy["cublaslt_workspace_bytes"] = workspaces.get(1).copied().unwrap_or(0).into();
+    policy["cublaslt_workspace_unified"] = Value::Null;
+    policy["observed_workspaces"] = blocks.into();
+    policy["observation_error"] = Value::Null;
+}
+
+/// iteragpu's policy as the CUDA device states it on compute capability 9.0.
+fn cuda_policy(v: &mut Value) {
+    let policy = &mut v["configuration"]["memory_policy"];
+    policy["cublas_workspace_bytes"] = (32 * MIB).into();
+    policy["cublaslt_workspace_bytes"] = MIB.into();
+    policy["cublaslt_workspace_unified"] = false.into();
 }
 
 fn judge(work: &Path) -> Output {
@@ -203,14 +326,17 @@ fn the_judge_fails_on_a_failed_check_a_missing_peer_or_a_different_policy() {
         text(&out)
     );
 
+    // A different policy: PyTorch's allocator held a 32 MiB workspace the CPU policy lacks.
     let work = case_folder();
     edit(&work.path().join("c.torch.json"), |v| {
-        v["configuration"]["memory_policy"]["cublas_workspace_bytes"] = 33_554_432.into();
+        observe(v, &[32 * MIB])
     });
     let out = judge(work.path());
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
-        text(&out).contains("memory_policy.cublas_workspace_bytes: iteragpu 0, pytorch 33554432"),
+        text(&out).contains(
+            "memory_policy.cublas_workspace_bytes: iteragpu 0, pytorch observed 33554432"
+        ),
         "{}",
         text(&out)
     );
@@ -299,4 +425,277 @@ fn the_judge_prints_the_probes_percentages_of_the_datasheet() {
         "{printed}"
     );
     assert!(printed.contains("verdict: all 1 case(s) SAME"), "{printed}");
+}
+
+/// The policy is judged against what PyTorch's allocator was observed to hold, never against a
+/// policy it computed: a planted difference (a torch that shares one workspace, as upstream main
+/// does since #175879, so no separate 1 MiB cuBLASLt block) fails the case and names it; the same
+/// blocks pass; a document without the observation fails.
+#[test]
+fn the_judge_fails_on_an_observed_workspace_that_differs_from_the_policy() {
+    let work = case_folder();
+    edit(&work.path().join("c.json"), cuda_policy);
+    edit(&work.path().join("c.torch.json"), |v| {
+        observe(v, &[32 * MIB, MIB]);
+        // What the torch side computed is for reading only: a wrong one changes nothing.
+        v["configuration"]["memory_policy"]["computed"] =
+            serde_json::json!({"label": "computed", "blocks": [1, 2, 3]});
+    });
+    let same = judge(work.path());
+    let printed = text(&same);
+    assert!(same.status.success(), "{printed}");
+    assert!(
+        printed.contains(
+            "workspaces: iteragpu's memory_policy cuBLAS 33554432 + cuBLASLt 1048576 B; \
+             PyTorch observed cuBLAS 33554432 + cuBLASLt 1048576 B after the cold pass  same"
+        ),
+        "{printed}"
+    );
+
+    edit(&work.path().join("c.torch.json"), |v| {
+        observe(v, &[32 * MIB])
+    });
+    let planted = judge(work.path());
+    let printed = text(&planted);
+    assert_eq!(planted.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains(
+            "memory_policy.cublaslt_workspace_bytes: iteragpu 1048576, pytorch observed 0"
+        ),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(
+            "FAILED c: workspaces differ: iteragpu's memory_policy cuBLAS 33554432 + cuBLASLt \
+             1048576, PyTorch observed cuBLAS 33554432"
+        ),
+        "{printed}"
+    );
+    assert_eq!(
+        printed.matches("DIFFERENT").count(),
+        1,
+        "only the workspaces: {printed}"
+    );
+
+    // batch x context = 1: no Linear takes the cuBLASLt path, so the policy allocates no
+    // cuBLASLt block (its size is still what the matmuls would be told), as torch did not.
+    edit(&work.path().join("c.json"), |v| {
+        v["configuration"]["memory_policy"]["linear_paths"] = serde_json::json!([
+            {"layer": "linear1", "path": "bias_copy_then_cublas_gemm", "reason": "mat1 [1, 32]"},
+            {"layer": "linear2", "path": "bias_copy_then_cublas_gemm", "reason": "mat1 [1, 128]"},
+        ]);
+    });
+    let one_row = judge(work.path());
+    let printed = text(&one_row);
+    assert!(one_row.status.success(), "{printed}");
+    assert!(
+        printed.contains(
+            "workspaces: iteragpu's memory_policy cuBLAS 33554432 B (no cuBLASLt path: linear1 \
+             bias_copy_then_cublas_gemm, linear2 bias_copy_then_cublas_gemm); PyTorch observed \
+             cuBLAS 33554432 B after the cold pass  same"
+        ),
+        "{printed}"
+    );
+    // ...and a torch that allocated the cuBLASLt block there anyway differs.
+    edit(&work.path().join("c.torch.json"), |v| {
+        observe(v, &[32 * MIB, MIB])
+    });
+    let lt_anyway = judge(work.path());
+    assert_eq!(lt_anyway.status.code(), Some(1), "{}", text(&lt_anyway));
+    assert!(
+        text(&lt_anyway).contains(
+            "memory_policy.cublaslt_workspace_bytes: iteragpu 0, pytorch observed 1048576"
+        ),
+        "{}",
+        text(&lt_anyway)
+    );
+
+    // Nothing observed (the snapshot could not be read): not the same, and said why.
+    edit(&work.path().join("c.torch.json"), |v| {
+        let policy = &mut v["configuration"]["memory_policy"];
+        policy["observed_workspaces"] = Value::Null;
+        policy["observation_error"] = "reading the allocator's snapshot failed: boom".into();
+    });
+    let unseen = judge(work.path());
+    assert_eq!(unseen.status.code(), Some(1), "{}", text(&unseen));
+    assert!(
+        text(&unseen).contains(
+            "PyTorch's workspaces were not observed (reading the allocator's snapshot failed: boom)"
+        ),
+        "{}",
+        text(&unseen)
+    );
+}
+
+/// Both tools must run with the same cuBLAS and cuBLASLt files (resolved paths: a link and its
+/// target are the same file); two different files fail the case, naming both.
+#[test]
+fn the_judge_fails_on_two_different_cublas_files_and_names_both() {
+    let work = case_folder();
+    // iteragpu reports the link it opened, PyTorch the file /proc/self/maps shows: the same.
+    let lib = work.path().join("lib");
+    std::fs::create_dir(&lib).unwrap();
+    std::fs::write(lib.join("libcublasLt.so.13.1.0.3"), "").unwrap();
+    std::os::unix::fs::symlink("libcublasLt.so.13.1.0.3", lib.join("libcublasLt.so.13")).unwrap();
+    let link = lib.join("libcublasLt.so.13").display().to_string();
+    let target = lib.join("libcublasLt.so.13.1.0.3").display().to_string();
+    edit(&work.path().join("c.json"), |v| {
+        v["environment"]["details"]["libraries"]["cublaslt"]["library"] = link.clone().into();
+    });
+    edit(&work.path().join("c.torch.json"), |v| {
+        v["environment"]["details"]["libraries"]["cublaslt"]["library"] = target.clone().into();
+        v["environment"]["details"]["libraries"]["files"] = serde_json::json!([target, CUBLAS]);
+    });
+    let same = judge(work.path());
+    let printed = text(&same);
+    assert!(same.status.success(), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "cuBLASLt file: iteragpu {link} ({target}), pytorch {target}  same"
+        )),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!(
+            "cuBLAS file: iteragpu {CUBLAS}, pytorch {CUBLAS}  same"
+        )),
+        "{printed}"
+    );
+
+    // iteragpu took the toolkit's cuBLAS, PyTorch its wheel's.
+    let toolkit = "/usr/local/cuda-13.0/targets/x86_64-linux/lib/libcublas.so.13.0.0.19";
+    edit(&work.path().join("c.json"), |v| {
+        v["environment"]["details"]["libraries"]["cublas"]["library"] = toolkit.into();
+    });
+    let different = judge(work.path());
+    let printed = text(&different);
+    assert_eq!(different.status.code(), Some(1), "{printed}");
+    assert!(
+        printed.contains(&format!(
+            "cuBLAS file: iteragpu {toolkit}, pytorch {CUBLAS}  DIFFERENT"
+        )),
+        "{printed}"
+    );
+    assert!(
+        printed.contains(&format!(
+            "FAILED c: different cuBLAS files: iteragpu {toolkit}, PyTorch {CUBLAS}"
+        )),
+        "{printed}"
+    );
+
+    // A document that does not say which file it ran with fails too.
+    edit(&work.path().join("c.torch.json"), |v| {
+        v["environment"]["details"]["libraries"] = Value::Null;
+    });
+    let unrecorded = judge(work.path());
+    assert_eq!(unrecorded.status.code(), Some(1), "{}", text(&unrecorded));
+    assert!(
+        text(&unrecorded).contains("cuBLAS file not recorded by PyTorch"),
+        "{}",
+        text(&unrecorded)
+    );
+
+    // gpu-check's environment step holds iteragpu's report to the files torch mapped.
+    let env = work.path().join("environment.json");
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(work.path().join("c.json")).unwrap()).unwrap();
+    std::fs::write(&env, serde_json::to_vec(&doc["environment"]).unwrap()).unwrap();
+    let check = |files: &[&str]| {
+        Command::new("python3")
+            .arg(repo().join("scripts/gpu_check_report.py"))
+            .arg("--environment")
+            .arg(&env)
+            .args(files)
+            .output()
+            .unwrap()
+    };
+    let ok = check(&[&target, toolkit]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(
+        text(&ok).contains("  cuBLAS: the same file as torch's"),
+        "{}",
+        text(&ok)
+    );
+    let bad = check(&[&target, CUBLAS]);
+    assert_eq!(bad.status.code(), Some(1), "{}", text(&bad));
+    assert!(
+        text(&bad).contains(&format!(
+            "  cuBLAS: DIFFERENT files: iteragpu {toolkit}, torch {CUBLAS}"
+        )),
+        "{}",
+        text(&bad)
+    );
+}
+
+/// A torch knob PyTorch ran with fails the case; a torch other than 2.11.0 is flagged, with its
+/// version and the one iteragpu mirrors, and still compared.
+#[test]
+fn the_judge_flags_another_torch_and_fails_on_a_knob_left_set() {
+    let work = case_folder();
+    edit(&work.path().join("c.torch.json"), |v| {
+        v["environment"]["details"]["torch"] = "2.12.0+cu130".into();
+    });
+    let newer = judge(work.path());
+    let printed = text(&newer);
+    assert!(newer.status.success(), "{printed}");
+    assert!(
+        printed.contains("PyTorch is torch 2.12.0+cu130; iteragpu mirrors torch 2.11"),
+        "{printed}"
+    );
+    assert!(printed.contains("verdict: all 1 case(s) SAME"), "{printed}");
+
+    edit(&work.path().join("c.torch.json"), |v| {
+        v["environment"]["details"]["torch_knobs"]["as_run"]["DISABLE_ADDMM_CUDA_LT"] = "1".into();
+    });
+    let knob = judge(work.path());
+    assert_eq!(knob.status.code(), Some(1), "{}", text(&knob));
+    assert!(
+        text(&knob).contains("FAILED c: PyTorch ran with DISABLE_ADDMM_CUDA_LT=1"),
+        "{}",
+        text(&knob)
+    );
+}
+
+/// bench/pytorch_eager.py's own rules, without torch: torch's check_env takes only "1" and "0";
+/// the workspaces are the live blocks that are not the model's tensors, in allocation order.
+#[test]
+fn pytorch_eager_reads_knobs_as_torch_does_and_observes_the_workspaces() {
+    let script = r#"
+import importlib.util, sys, types
+spec = importlib.util.spec_from_file_location("pe", sys.argv[1])
+pe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pe)
+assert [pe.check_env(v) for v in ("1", "0", "true", "yes", "on", " 1", None)] == [True, False, None, None, None, None, None]
+class T:
+    def __init__(self, p): self.p = p
+    def data_ptr(self): return self.p
+    def numel(self): return 16
+    def element_size(self): return 4
+MiB = 1 << 20
+snap = {"segments": [
+    {"device": 0, "address": 0x1000, "segment_type": "small", "blocks": [
+        {"size": 512, "requested_size": 64, "state": "active_allocated"},
+        {"size": MiB, "requested_size": MiB, "state": "active_allocated"},
+        {"size": MiB - 512, "requested_size": 0, "state": "inactive"}]},
+    {"device": 0, "address": 0x9000000, "segment_type": "large", "blocks": [
+        {"address": 0x9000000, "size": 32 * MiB, "requested_size": 32 * MiB, "state": "active_allocated"}]},
+    {"device": 1, "address": 0x5000, "blocks": [{"size": 512, "requested_size": 8, "state": "active_allocated"}]}],
+    "device_traces": [[{"action": "alloc", "addr": 0x1000}, {"action": "alloc", "addr": 0x9000000},
+                       {"action": "alloc", "addr": 0x1200}], []]}
+torch = types.SimpleNamespace(__version__="2.11.0+cu130",
+    cuda=types.SimpleNamespace(memory=types.SimpleNamespace(_snapshot=lambda: snap)))
+blocks, how = pe.observe_workspaces(torch, 0, [T(0x1000)], True)
+assert [(b["role"], b["requested_size"]) for b in blocks] == [("cuBLAS workspace", 32 * MiB), ("cuBLASLt workspace", MiB)], blocks
+assert how.startswith("in allocation order"), how
+policy = pe.observed_policy(torch, blocks, how, None, {"label": "computed"})
+assert (policy["cublas_workspace_bytes"], policy["cublaslt_workspace_bytes"]) == (32 * MiB, MiB), policy
+assert policy["workspaces_from"].startswith("observed"), policy
+print("ok")
+"#;
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .arg(repo().join("bench/pytorch_eager.py"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
 }
