@@ -11,7 +11,8 @@ use crate::blas::Blas;
 use crate::driver::{Attribute, CuDevice, Driver, format_uuid};
 use crate::error::CudaError;
 use crate::kernels::{KernelForm, cubin_archs, preferred_form};
-use crate::loader;
+use crate::loader::{self, BlasLibraries};
+use crate::maps;
 use crate::nvml::{self, NvmlHandle};
 use crate::version::cuda_version;
 use lab::workspaces::{DEFAULT_CUBLASLT_WORKSPACE, default_cublas_workspace};
@@ -39,7 +40,13 @@ pub fn environment(ordinal: usize, tool: ToolInfo) -> Environment {
 fn probe(ordinal: usize, details: &mut Map<String, Value>) -> Result<(), CudaError> {
     let mut nvml = nvml::open();
     describe_nvml(&nvml, details);
-    let driver = Driver::load()?;
+    let driver = match Driver::load() {
+        Ok(driver) => driver,
+        Err(e) => {
+            describe_refused_driver(details);
+            return Err(e);
+        }
+    };
     describe_driver(&driver, details);
     let dev = driver.device(ordinal);
     details.insert("visible_devices".into(), json!(driver.device_count()?));
@@ -55,10 +62,24 @@ fn probe(ordinal: usize, details: &mut Map<String, Value>) -> Result<(), CudaErr
         gpu.insert("total_memory_bytes".into(), json!(total));
     }
     check_compute_capability(ordinal, &driver, dev, major_minor)?;
-    let blas = loader::load_blas(driver.version).and_then(Blas::new);
-    describe_blas(blas.as_ref().ok(), details);
-    blas?;
-    Ok(())
+    let libs = match loader::load_blas(driver.version) {
+        Ok(libs) => libs,
+        Err(e) => {
+            describe_blas(None, details);
+            return Err(e);
+        }
+    };
+    match Blas::new(libs.clone()) {
+        Ok(blas) => {
+            describe_blas(Some(&blas), details);
+            Ok(())
+        }
+        Err(e) => {
+            // The files were opened: name them, without versions.
+            describe_libraries(&libs, None, details);
+            Err(e)
+        }
+    }
 }
 
 /// Refuses GPUs older than compute capability 8.0.
@@ -104,6 +125,15 @@ pub fn describe_driver(driver: &Driver, details: &mut Map<String, Value>) {
             "event_timing_symbol": driver.elapsed_symbol(),
         }),
     );
+}
+
+/// When the driver library opened but was refused (the toolkit's stub, no device, too old, a
+/// missing symbol, a failed initialisation): adds the file that was opened, under
+/// `driver.library`, so every report names the libcuda it judged.
+fn describe_refused_driver(details: &mut Map<String, Value>) {
+    if let Some(path) = maps::loaded_path("libcuda.so") {
+        details.insert("driver".into(), json!({"library": display_path(&path)}));
+    }
 }
 
 /// Adds the GPU's facts; returns its compute capability.
@@ -177,17 +207,38 @@ pub fn set_kernel_form(form: KernelForm, details: &mut Map<String, Value>) {
     details.insert("kernel_form".into(), json!(form.to_string()));
 }
 
-/// Adds cuBLAS and cuBLASLt paths and versions.
+/// Adds cuBLAS and cuBLASLt paths and versions, the folder they were opened from and why that
+/// folder was searched.
 pub fn describe_blas(blas: Option<&Blas>, details: &mut Map<String, Value>) {
-    let value = match blas {
-        Some(b) => json!({
-            "cublas": {"library": display_path(&b.libs.blas_path), "version": b.version},
-            "cublaslt": {"library": display_path(&b.libs.lt_path), "version": b.lt_version},
-            "found_via": b.libs.origin,
+    match blas {
+        Some(b) => describe_libraries(
+            &b.libs,
+            Some((b.version.as_str(), b.lt_version.as_str())),
+            details,
+        ),
+        None => {
+            details.insert("libraries".into(), Value::Null);
+        }
+    }
+}
+
+/// The files of a loaded pair, with their versions (cuBLAS, cuBLASLt) when they were read.
+fn describe_libraries(
+    libs: &BlasLibraries,
+    versions: Option<(&str, &str)>,
+    details: &mut Map<String, Value>,
+) {
+    let (blas_version, lt_version) = versions.unzip();
+    details.insert(
+        "libraries".into(),
+        json!({
+            "cublas": {"library": display_path(&libs.blas_path), "version": blas_version},
+            "cublaslt": {"library": display_path(&libs.lt_path), "version": lt_version},
+            "found_via": libs.origin,
+            "folder": display_path(&libs.folder),
+            "found_because": libs.why,
         }),
-        None => Value::Null,
-    };
-    details.insert("libraries".into(), value);
+    );
 }
 
 fn pci_bus(domain: Option<i32>, bus: Option<i32>, device: Option<i32>) -> Option<String> {
@@ -200,12 +251,19 @@ pub fn display_path(path: &Path) -> String {
     redact_home(path, home.as_deref())
 }
 
-fn redact_home(path: &Path, home: Option<&Path>) -> String {
+/// `path` with `home` shown as `~` (no user name in a report or a message).
+pub(crate) fn redact_home(path: &Path, home: Option<&Path>) -> String {
     match home {
         Some(home) if home != Path::new("/") && !home.as_os_str().is_empty() => {
             path.strip_prefix(home).map_or_else(
                 |_| path.display().to_string(),
-                |rest| format!("~/{}", rest.display()),
+                |rest| {
+                    if rest.as_os_str().is_empty() {
+                        "~".to_string()
+                    } else {
+                        format!("~/{}", rest.display())
+                    }
+                },
             )
         }
         _ => path.display().to_string(),
@@ -231,6 +289,10 @@ mod tests {
                 Some(Path::new("/home/alice"))
             ),
             "/usr/lib/libcuda.so.1"
+        );
+        assert_eq!(
+            redact_home(Path::new("/home/alice"), Some(Path::new("/home/alice"))),
+            "~"
         );
         assert_eq!(
             redact_home(Path::new("/usr/lib/x"), Some(Path::new("/"))),

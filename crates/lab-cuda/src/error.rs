@@ -25,7 +25,11 @@ pub fn load_error(e: &libloading::Error) -> String {
 pub enum CudaError {
     /// No `libcuda.so.1` could be opened.
     #[error(
-        "no NVIDIA driver was found ({reason}); install the NVIDIA driver, or start the container with the GPU exposed (e.g. `docker run --gpus all`)"
+        "no NVIDIA driver was found ({reason}); libcuda.so.1 is opened by name, so the dynamic \
+         loader looked in LD_LIBRARY_PATH, its cache (`ldconfig -p`) and its default folders \
+         (/lib, /usr/lib): install the NVIDIA driver, start the container with the GPU exposed \
+         (e.g. `docker run --gpus all`), or put the driver's folder (e.g. /usr/local/nvidia/lib64) \
+         on LD_LIBRARY_PATH"
     )]
     NoDriver {
         /// The loader's own message.
@@ -111,15 +115,28 @@ pub enum CudaError {
         /// Compute capability minor.
         minor: i32,
     },
-    /// cuBLAS and cuBLASLt were not found as a matching pair.
+    /// The cuBLAS pair that was opened lacks something the tool needs.
     #[error(
-        "cuBLAS was not found (looked for libcublasLt.so.{{13,12}} with libcublas.so.{{13,12}} in the loader path, \
-         CUDA_PATH, CUDA_HOME, /usr/local/cuda/lib64 and Python environments' nvidia/*/lib: {tried}); \
-         install the CUDA toolkit's cuBLAS, or `pip install nvidia-cublas-cu12`, or add its folder to LD_LIBRARY_PATH"
+        "cuBLAS is not usable: {tried}; install a complete cuBLAS (the CUDA toolkit's, \
+         or `pip install nvidia-cublas` for a CUDA 13 driver, `pip install nvidia-cublas-cu12` \
+         for CUDA 12) and put its folder first on LD_LIBRARY_PATH"
     )]
     NoCublas {
         /// What was tried, in a few words.
         tried: String,
+    },
+    /// No folder holds a cuBLASLt/cuBLAS pair that opens: every place searched, each with why it
+    /// failed, and the install command for the driver's CUDA major version.
+    #[error(
+        "cuBLAS was not found: no folder holds {} that opens; searched, in order: {searched}; {}",
+        wanted_pair(*.driver_version),
+        install_hint(*.driver_version)
+    )]
+    CublasNotFound {
+        /// Every place searched, in order, with why it failed (`folder (origin): reason; ...`).
+        searched: String,
+        /// The driver's CUDA version, as CUDA encodes it (13000 for 13.0).
+        driver_version: i32,
     },
     /// The driver claims more GPUs than any host holds: its answer is not trusted, and no
     /// per-GPU work (whose cost grows with the count, and with its square for peer pairs) starts.
@@ -176,6 +193,34 @@ impl CudaError {
                 | CudaError::ImplausibleDeviceCount { .. }
         )
     }
+}
+
+/// The pair the loader looks for with a driver of this CUDA version (the majors of
+/// [`crate::loader::majors_for_driver`]).
+fn wanted_pair(driver_version: i32) -> &'static str {
+    if driver_version >= 13000 {
+        "libcublasLt.so.13 with libcublas.so.13 (or the .so.12 pair)"
+    } else {
+        "libcublasLt.so.12 with libcublas.so.12"
+    }
+}
+
+/// What to install for this driver: the wheel of its CUDA major and where it puts the files.
+fn install_hint(driver_version: i32) -> String {
+    let (wheel, files) = if driver_version >= 13000 {
+        ("nvidia-cublas", "nvidia/cu13/lib/libcublas{,Lt}.so.13")
+    } else {
+        (
+            "nvidia-cublas-cu12",
+            "nvidia/cublas/lib/libcublas{,Lt}.so.12",
+        )
+    };
+    format!(
+        "for this CUDA {} driver, `pip install {wheel}` into the Python environment whose \
+         python3 is on PATH (it installs site-packages/{files}), or install the CUDA toolkit's \
+         cuBLAS, or put the folder that holds both files first on LD_LIBRARY_PATH",
+        crate::version::cuda_version(driver_version)
+    )
 }
 
 fn path_suffix(path: &Option<PathBuf>) -> String {

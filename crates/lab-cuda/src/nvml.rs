@@ -37,26 +37,38 @@ impl std::fmt::Debug for NvmlHandle {
 /// its `Drop` calls `nvmlShutdown` without checking it resolved.
 const REQUIRED: [&str; 2] = ["nvmlInit_v2", "nvmlShutdown"];
 
-/// Opens NVML, or says why not.
+/// Opens NVML, or says why not. Once the file is opened, a problem names it (`NVML at FILE
+/// lacks ...`), and the handle keeps it as `path`.
 pub fn open() -> Result<NvmlHandle, String> {
-    {
+    let path = {
         // SAFETY: loading libnvidia-ml runs its initialisers, which have no preconditions. The
         // handle only checks symbols and is closed at the end of this block (NVML keeps its own).
         let lib = unsafe { libloading::Library::new("libnvidia-ml.so.1") }
             .map_err(|e| format!("NVML not found ({})", crate::error::load_error(&e)))?;
+        // Read while this handle holds the file mapped: the file the loader chose.
+        let path = maps::loaded_path("libnvidia-ml.so");
+        let at = at_file(path.as_deref());
         for name in REQUIRED {
             // SAFETY: the symbol is only looked up, never called, so its type does not matter.
             if unsafe { lib.get::<*const ()>(name.as_bytes()) }.is_err() {
-                return Err(format!("NVML lacks {name}"));
+                return Err(format!("NVML{at} lacks {name}"));
             }
         }
-    }
-    let nvml = Nvml::init().map_err(|e| format!("NVML did not initialise: {e}"))?;
+        path
+    };
+    let nvml = Nvml::init()
+        .map_err(|e| format!("NVML{} did not initialise: {e}", at_file(path.as_deref())))?;
     Ok(NvmlHandle {
         nvml: std::mem::ManuallyDrop::new(nvml),
         device_uuid: None,
-        path: maps::loaded_path("libnvidia-ml.so"),
+        path: maps::loaded_path("libnvidia-ml.so").or(path),
     })
+}
+
+/// ` at FILE` (home shown as `~`), or nothing when the file is not known.
+fn at_file(path: Option<&std::path::Path>) -> String {
+    path.map(|p| format!(" at {}", crate::environment::display_path(p)))
+        .unwrap_or_default()
 }
 
 impl NvmlHandle {

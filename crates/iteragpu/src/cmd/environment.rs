@@ -15,6 +15,13 @@ use serde_json::Value;
 
 use crate::{exit, output};
 
+/// While docs/gpu-runs.md records no GPU run: the line `environment`'s text report prints under
+/// its header for a GPU. README.md and README-kit.md carry the same line, and the CLI test
+/// `the_not_yet_on_a_gpu_line_is_in_the_report_and_both_readmes` keeps the three together: once a
+/// run is recorded there, set this to `None` and remove the two READMEs' lines.
+pub const NOT_YET_ON_A_GPU: Option<&str> =
+    Some("GPU path: checked against stub libraries and PyTorch's source, not yet on a GPU");
+
 /// Options of `environment`.
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -187,6 +194,9 @@ fn render_lot(r: &LotReport) -> String {
     let mut out = String::new();
     let commit = r.tool.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(out, "{} {} ({commit})", r.tool.name, r.tool.version);
+    if let Some(line) = NOT_YET_ON_A_GPU {
+        let _ = writeln!(out, "{line}");
+    }
     let visible = r
         .visible_devices
         .map_or("no driver".to_string(), |n| format!("{n} GPU(s) visible"));
@@ -251,6 +261,11 @@ fn render(env: &Environment) -> String {
     let mut out = String::new();
     let commit = env.tool.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(out, "{} {} ({commit})", env.tool.name, env.tool.version);
+    if !env.reference_device
+        && let Some(line) = NOT_YET_ON_A_GPU
+    {
+        let _ = writeln!(out, "{line}");
+    }
     out.push_str(&render_body(env));
     out
 }
@@ -336,6 +351,9 @@ mod tests {
         };
         let text = render(&env);
         assert!(text.contains("(abc1234)"));
+        if let Some(line) = NOT_YET_ON_A_GPU {
+            assert!(text.contains(&format!("(abc1234)\n{line}\ndevice: cuda:0")));
+        }
         assert!(text.contains("usable: no\nproblem: no NVIDIA driver was found\n"));
         assert!(text.contains("gpu:\n  name: H200\n  sm count: 132\n"));
         assert!(text.contains("ecc: yes"));

@@ -619,3 +619,245 @@ fn a_driver_claiming_thousands_of_gpus_is_not_believed() {
     }
     assert!(!dir.path().join("p.json").exists());
 }
+
+/// Issue 22: while docs/gpu-runs.md records no GPU run, `environment`'s text report (one GPU or
+/// the lot), README.md and the kit's README say in one same line that the GPU path was checked
+/// against stub libraries and PyTorch's source, not on a GPU; once a run is recorded, none does.
+#[test]
+fn the_not_yet_on_a_gpu_line_is_in_the_report_and_both_readmes() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let read = |name: &str| std::fs::read_to_string(repo.join(name)).unwrap();
+    let owed = read("docs/gpu-runs.md").contains("No GPU run has been recorded yet");
+    let libs = StubDir::new();
+    let mut lines: Vec<Option<String>> = Vec::new();
+    for device in ["cuda:0", "all"] {
+        let out = iteragpu(libs.path())
+            .args(["environment", "--device", device])
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        let text = String::from_utf8(out).unwrap();
+        // The second line, under the tool's name and commit.
+        let second = text.lines().nth(1).unwrap_or_default();
+        lines.push(second.starts_with("GPU path: ").then(|| second.to_string()));
+    }
+    let cpu = iteragpu(libs.path())
+        .args(["environment", "--device", "cpu"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    assert!(!String::from_utf8(cpu).unwrap().contains("GPU path: "));
+    // Line breaks in the Markdown are spaces.
+    let flat = |name: &str| read(name).split_whitespace().collect::<Vec<_>>().join(" ");
+    if owed {
+        let line = lines[0]
+            .clone()
+            .expect("the report says the GPU path is not yet proven");
+        assert_eq!(lines[1].as_ref(), Some(&line), "the lot report says it too");
+        assert!(line.contains("stub libraries") && line.contains("not yet on a GPU"));
+        for readme in ["README.md", "README-kit.md"] {
+            assert!(flat(readme).contains(&line), "{readme} lacks {line:?}");
+        }
+    } else {
+        assert_eq!(lines, [None, None], "a run is recorded: the line goes");
+        for readme in ["README.md", "README-kit.md"] {
+            assert!(
+                !flat(readme).contains("GPU path: checked against stub libraries"),
+                "a run is recorded in docs/gpu-runs.md: {readme} still says it is not"
+            );
+        }
+    }
+}
+
+/// True when the loader found a cuBLAS of this machine's own (by name or under /usr/local/cuda)
+/// before the fake trees a test set up: the test then cannot see its own tree chosen.
+fn found_on_this_machine(v: &Value) -> bool {
+    let folder = v["details"]["libraries"]["folder"].as_str().unwrap_or("~");
+    !folder.starts_with('~')
+}
+
+/// Issue 22: a cuBLAS that is nowhere is reported with every folder searched and why each
+/// failed, and with the wheel of the driver's CUDA major.
+#[test]
+fn a_missing_cublas_names_every_folder_and_the_wheel_for_the_driver() {
+    for (version, wheel, files) in [
+        (
+            "13000",
+            "`pip install nvidia-cublas`",
+            "nvidia/cu13/lib/libcublas{,Lt}.so.13",
+        ),
+        (
+            "12080",
+            "`pip install nvidia-cublas-cu12`",
+            "nvidia/cublas/lib/libcublas{,Lt}.so.12",
+        ),
+    ] {
+        let libs = StubDir::new();
+        libs.driver(&["WITH_V2", &format!("DRIVER_VERSION={version}")]);
+        std::fs::create_dir_all(libs.path().join("venv/lib/python3.12/site-packages")).unwrap();
+        let v = json_report(
+            iteragpu(libs.path())
+                .env("CUDA_PATH", libs.path().join("toolkit"))
+                .env("VIRTUAL_ENV", libs.path().join("venv"))
+                .args(["environment"]),
+        );
+        if v["usable"] == true {
+            assert!(found_on_this_machine(&v), "{v}");
+            continue;
+        }
+        let p = problem(&v);
+        let majors = if version == "13000" { "{13,12}" } else { "12" };
+        for expected in [
+            "cuBLAS was not found: no folder holds ".to_string(),
+            format!(
+                "; searched, in order: ~ (LD_LIBRARY_PATH entry 1, searched first): none of \
+                 libcublas{{,Lt}}.so.{majors}; by name (the loader's cache and default folders): "
+            ),
+            "~/toolkit/lib64 (CUDA_PATH names this toolkit): no such folder".to_string(),
+            "~/toolkit/targets/sbsa-linux/lib (CUDA_PATH names this toolkit): no such folder"
+                .to_string(),
+            "/usr/local/cuda/lib64 (the toolkit's default install): ".to_string(),
+            "~/venv/lib/python3.12/site-packages/nvidia/cu13/lib (VIRTUAL_ENV): no such folder"
+                .to_string(),
+            "~/venv/lib/python3.12/site-packages/nvidia/cublas/lib (VIRTUAL_ENV): no such folder"
+                .to_string(),
+            wheel.to_string(),
+            format!("(it installs site-packages/{files})"),
+        ] {
+            assert!(p.contains(&expected), "{expected:?} not in {p}");
+        }
+        assert!(!p.contains("other folders"), "{p}");
+    }
+}
+
+/// Issue 22: LD_LIBRARY_PATH pointing at the folder another tool (PyTorch) loaded its cuBLAS
+/// from makes iteragpu load that very pair, before a toolkit's and whatever its major; the report
+/// names the folder and why.
+#[test]
+fn ld_library_path_loads_the_very_cublas_another_tool_loaded() {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2", "DRIVER_VERSION=13000"])
+        .nvml()
+        .cublas("toolkit/lib64")
+        .compile(
+            "libcublas.c",
+            "torch/nvidia/cu13/lib",
+            "libcublasLt.so.13",
+            &["LT"],
+        )
+        .compile(
+            "libcublas.c",
+            "torch/nvidia/cu13/lib",
+            "libcublas.so.13",
+            &[],
+        );
+    let torch = libs.path().join("torch/nvidia/cu13/lib");
+    let path = std::env::join_paths([libs.path(), torch.as_path()]).unwrap();
+    let mut cmd = iteragpu(libs.path());
+    cmd.env("LD_LIBRARY_PATH", &path)
+        .env("CUDA_PATH", libs.path().join("toolkit"));
+    let v = json_report(cmd.args(["environment"]));
+    assert_eq!(v["usable"], true, "{v}");
+    let l = &v["details"]["libraries"];
+    assert_eq!(l["found_via"], "loader path", "{v}");
+    assert_eq!(l["folder"], "~/torch/nvidia/cu13/lib");
+    assert_eq!(
+        l["found_because"],
+        "LD_LIBRARY_PATH entry 2, searched first"
+    );
+    assert_eq!(
+        l["cublas"]["library"],
+        "~/torch/nvidia/cu13/lib/libcublas.so.13"
+    );
+    assert_eq!(
+        l["cublaslt"]["library"],
+        "~/torch/nvidia/cu13/lib/libcublasLt.so.13"
+    );
+    // The text report says it as well.
+    let out = iteragpu(libs.path())
+        .env("LD_LIBRARY_PATH", &path)
+        .env("CUDA_PATH", libs.path().join("toolkit"))
+        .args(["environment"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.contains("  folder: ~/torch/nvidia/cu13/lib\n")
+            && text.contains("  found because: LD_LIBRARY_PATH entry 2, searched first\n")
+            && text.contains("  found via: loader path\n"),
+        "{text}"
+    );
+}
+
+/// Issue 22: a `python3` on PATH that is a link into a venv brings that venv's wheels (it was
+/// not found before).
+#[cfg(unix)]
+#[test]
+fn a_venv_behind_a_linked_python3_on_path_is_found() {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2", "DRIVER_VERSION=13000"])
+        .compile(
+            "libcublas.c",
+            "venv/lib/python3.12/site-packages/nvidia/cu13/lib",
+            "libcublasLt.so.13",
+            &["LT"],
+        )
+        .compile(
+            "libcublas.c",
+            "venv/lib/python3.12/site-packages/nvidia/cu13/lib",
+            "libcublas.so.13",
+            &[],
+        );
+    let root = libs.path();
+    std::fs::create_dir_all(root.join("venv/bin")).unwrap();
+    std::fs::write(root.join("venv/bin/python3"), "").unwrap();
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::os::unix::fs::symlink(root.join("venv/bin/python3"), root.join("bin/python3")).unwrap();
+    let v = json_report(
+        iteragpu(root)
+            .env("PATH", root.join("bin"))
+            .args(["environment"]),
+    );
+    if found_on_this_machine(&v) {
+        return;
+    }
+    assert_eq!(v["usable"], true, "{v}");
+    let l = &v["details"]["libraries"];
+    assert_eq!(l["found_via"], "python environment", "{v}");
+    assert_eq!(
+        l["folder"],
+        "~/venv/lib/python3.12/site-packages/nvidia/cu13/lib"
+    );
+    assert_eq!(
+        l["found_because"],
+        "python3 on PATH at ~/bin/python3, a link to ~/venv/bin/python3"
+    );
+}
+
+/// Issue 22: the report names the file of every library it opened: the driver (also when it
+/// refuses it), NVML, cuBLAS and cuBLASLt.
+#[test]
+fn every_library_opened_is_named_by_its_file() {
+    let libs = StubDir::new();
+    libs.driver(&["WITH_V2"]).nvml().cublas("");
+    let v = json_report(iteragpu(libs.path()).args(["environment"]));
+    let d = &v["details"];
+    assert_eq!(d["driver"]["library"], "~/libcuda.so.1", "{v}");
+    assert_eq!(d["nvml"]["library"], "~/libnvidia-ml.so.1", "{v}");
+    assert_eq!(d["libraries"]["cublas"]["library"], "~/libcublas.so.12");
+    assert_eq!(d["libraries"]["cublaslt"]["library"], "~/libcublasLt.so.12");
+    assert_eq!(d["libraries"]["folder"], "~");
+    // A driver that fails to initialise is still named.
+    let refused = StubDir::new();
+    refused.driver(&["INIT_RESULT=999"]);
+    let v = json_report(iteragpu(refused.path()).args(["environment"]));
+    assert_eq!(v["usable"], false);
+    assert_eq!(v["details"]["driver"]["library"], "~/libcuda.so.1", "{v}");
+}
