@@ -1,6 +1,8 @@
 // Kernels of IteraGPU Lab's CUDA device: what cuBLAS does not do for the synthetic model (the
-// seeded inputs and GELU; each Linear, bias included, is one cuBLASLt matmul with the BIAS
-// epilogue, as PyTorch runs it).
+// seeded inputs, GELU, and the bias broadcast of a Linear off the cuBLASLt path). A Linear is one
+// cuBLASLt matmul with the BIAS epilogue where torch 2.11 takes that path; where it does not (a
+// dimension of 1, see lab::workspaces), it copies the bias into the output and runs cublasGemmEx
+// with beta = 1, as PyTorch does.
 //
 // Compiled ahead of time with NVRTC (no headers needed) to PTX for compute_80 and with ptxas to
 // cubins (scripts/build-kernels.sh); the outputs in kernels/generated/ are embedded in the binary.
@@ -94,5 +96,21 @@ extern "C" __global__ void gelu_f16(const u16* x, u16* y, u64 n) {
 extern "C" __global__ void gelu_bf16(const u16* x, u16* y, u64 n) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         y[i] = f32_to_bf16(gelu(bf16_to_f32(x[i])));
+    }
+}
+
+// ---- Bias broadcast: out[r, c] = bias[c] for every row, before a cublasGemmEx with beta = 1. ----
+// What torch's at::native::copy_(result, bias.expand(result.sizes())) does on that path. The
+// element patterns are copied unchanged, so one kernel per element width serves every dtype.
+
+extern "C" __global__ void bias_rows_b32(const unsigned int* bias, unsigned int* out, u64 n, u64 cols) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        out[i] = bias[i % cols];
+    }
+}
+
+extern "C" __global__ void bias_rows_b16(const u16* bias, u16* out, u64 n, u64 cols) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        out[i] = bias[i % cols];
     }
 }

@@ -8,16 +8,29 @@ Two parts, each from its source:
 1. The allocation sequence PyTorch eager makes for the protocol of bench/pytorch_eager.py:
    `nn.Linear` parameters copied with `.to(device, dtype)` in module order (w1, b1, w2, b2; a
    blocking CPU->GPU copy converts on the CPU, so no temporary on the GPU), the inputs, and per
-   forward pass: `F.linear` = `addmm(b, x, W.t())` allocates its output, then on the first product
-   of the process `gemm_and_bias` -> `CublasLtWorkspace()` -> `getCUDABlasLtWorkspace()` ->
-   `getCurrentCUDABlasLtHandle()` -> `getCurrentCUDABlasHandle()` -> `setWorkspaceForHandle()`
-   allocates the cuBLAS workspace, then `getNewCUDABlasLtWorkspace()` the cuBLASLt workspace
-   (aten/src/ATen/cuda/CublasHandlePool.cpp; sizes: `parseChosenWorkspaceSize`, 32 MiB when
-   `major == 9 && minor == 0`, else 4096*1024*2 + 16*1024*8; `parseCUDABlasLtWorkspaceSize`,
-   1024 KiB; `TORCH_CUBLASLT_UNIFIED_WORKSPACE` reuses the cuBLAS one, capped to its size); GELU
-   allocates a new tensor, linear1's output dies (`del h`), linear2's output, GELU's output dies.
-   Each phase's output is freed after its row; warm-up passes free the previous output once the
-   next exists (`y = model(x)`).
+   forward pass: `F.linear` on the contiguous 3-D input = `_flatten_nd_linear` (Linear.cpp) =
+   `addmm(b, x.reshape(rows, in), W.t())`, which allocates its output (the structured kernel's
+   `set_output`), then takes one of two paths in `addmm_out_cuda_impl` (native/cuda/Blas.cpp):
+   - the cuBLASLt path when `isGloballyDisabledAddmmCudaLt` is false (`DISABLE_ADDMM_CUDA_LT` is
+     not "1") and `isInputCompliesAddmmCudaLt` holds (beta 1; result 2-D contiguous; `self`
+     contiguous, 1-D or squeezable to 1-D, its last size mat2's columns; double, float, half or
+     bfloat16; `mat1_sizes[0] > 1 && mat1_sizes[1] > 1 && mat2_sizes[0] > 1 && mat2_sizes[1] > 1`):
+     `gemm_and_bias` -> `getCurrentCUDABlasLtHandle()` -> `getCurrentCUDABlasHandle()` ->
+     `setWorkspaceForHandle()` allocates the cuBLAS workspace on the first use of the handle, then
+     `CublasLtWorkspace()` -> `getCUDABlasLtWorkspace()` -> `getNewCUDABlasLtWorkspace()` the
+     cuBLASLt workspace on its first use, unless unified;
+   - otherwise `at::native::copy_(result, expand_size(self, ...))` (no allocation), then
+     `launchGemmCublas` -> `at::cuda::blas::gemm` -> `getCurrentCUDABlasHandle()`, which allocates
+     only the cuBLAS workspace, on the first use of the handle.
+   Sizes (aten/src/ATen/cuda/CublasHandlePool.cpp, checked in the 2.11.0 binary): the cuBLAS
+   workspace `parseChosenWorkspaceSize`, 32 MiB when `major == 9 && minor == 0`, else
+   4096*1024*2 + 16*1024*8; the cuBLASLt one `parseCUDABlasLtWorkspaceSize`, 1024 KiB, cut to the
+   cuBLAS size by `getCUDABlasLtWorkspaceSize` when `check_env("TORCH_CUBLASLT_UNIFIED_WORKSPACE")`
+   has no value or is true, and shared with cuBLAS by `getCUDABlasLtWorkspace` only when it is
+   true (`check_env`: "1" true, "0" false, anything else no value). GELU allocates a new tensor,
+   linear1's output dies (`del h`), linear2's output, GELU's output dies. Each phase's output is
+   freed after its row; warm-up passes free the previous output once the next exists
+   (`y = model(x)`).
 
 2. The allocator, c10/cuda/CUDACachingAllocator.cpp in its default configuration (no
    max_split_size, no roundup_power2_divisions, no expandable segments, no garbage collection),
@@ -37,7 +50,8 @@ Two parts, each from its source:
 usage:
   torch_allocator_model.py --batch B --context C --width W [--hidden H] [--dtype D]
       [--warmup N] [--repeats N] --compute-capability MAJOR.MINOR
-      [--cublas-workspace BYTES|:KIB:COUNT] [--cublaslt-workspace BYTES] [--unified] [--json]
+      [--cublas-workspace BYTES|:KIB:COUNT] [--cublaslt-workspace BYTES]
+      [--cublaslt-unified-workspace[=1|0]] [--disable-addmm-cuda-lt] [--json]
   torch_allocator_model.py --compare PLAN.json [workspace options]
       compares `iteragpu measure --plan --json` (shape and compute capability read from it) with
       this model, counter by counter and step by step; exit 1 on any difference.
@@ -194,34 +208,128 @@ def cublas_workspace_config(text):
     return sum(int(size) * 1024 * int(count) for size, count in pairs)
 
 
-def workspaces(major, minor, cublas=None, cublaslt=None, unified=False):
-    """The workspace allocations of the first product, in order: [(name, bytes), ...], and the
-    cuBLAS and cuBLASLt sizes."""
+def check_env(value):
+    """c10::utils::check_env: "1" is true, "0" false; unset (or anything else, warned) no value."""
+    if value == "1":
+        return True
+    if value == "0":
+        return False
+    return None
+
+
+def workspaces(major, minor, cublas=None, cublaslt=None, unified_env=None):
+    """The workspaces: (cuBLAS bytes, cuBLASLt bytes, cuBLASLt shares the cuBLAS one).
+    `unified_env` is TORCH_CUBLASLT_UNIFIED_WORKSPACE's value (None: unset)."""
     sm90 = major == 9 and minor == 0
     cublas_bytes = cublas if cublas is not None else (4096 * 8 * 1024 if sm90 else 4096 * 1024 * 2 + 16 * 1024 * 8)
     lt_bytes = cublaslt if cublaslt is not None else 1024 * 1024
-    out = []
-    if cublas_bytes > 0:
-        out.append(("cuBLAS workspace", cublas_bytes))
-    if unified:
+    unified = check_env(unified_env)
+    # getCUDABlasLtWorkspaceSize: `if (!unified.has_value() || unified.value())`, the size is cut to
+    # getChosenWorkspaceSize().
+    if unified is None or unified:
         lt_bytes = min(lt_bytes, cublas_bytes)
-    elif lt_bytes > 0:
-        out.append(("cuBLASLt workspace", lt_bytes))
-    return out, cublas_bytes, lt_bytes
+    # getCUDABlasLtWorkspace: `check_env(TORCH_CUBLASLT_UNIFIED_WORKSPACE) == true`.
+    shared = unified is True
+    return cublas_bytes, lt_bytes, shared
+
+
+# ---- The path of addmm (native/cuda/Blas.cpp) ----
+
+
+class Strided:
+    """A tensor's sizes and strides (elements), as c10 keeps them."""
+
+    def __init__(self, sizes, strides=None):
+        self.sizes = list(sizes)
+        if strides is None:  # at::empty: contiguous strides (c10::contiguous_strides)
+            strides, z = [0] * len(sizes), 1
+            for d in reversed(range(len(sizes))):
+                strides[d] = z
+                z *= max(sizes[d], 1)
+        self.strides = list(strides)
+
+    def dim(self):
+        return len(self.sizes)
+
+    def t(self):
+        return Strided(self.sizes[::-1], self.strides[::-1])
+
+    def is_contiguous(self):
+        """TensorImpl::compute_contiguous."""
+        if 0 in self.sizes:
+            return True
+        z = 1
+        for d in reversed(range(self.dim())):
+            if self.sizes[d] != 1:
+                if self.strides[d] != z:
+                    return False
+                z *= self.sizes[d]
+        return True
+
+    def squeeze_dim(self):
+        return sum(1 for s in self.sizes if s != 1)
+
+
+def is_expandable_to(shape, desired):
+    """at::is_expandable_to."""
+    if len(shape) > len(desired):
+        return False
+    for size, target in zip(reversed(shape), reversed(desired)):
+        if size != target and size != 1:
+            return False
+    return True
+
+
+def is_globally_disabled_addmm_cuda_lt(env):
+    """isGloballyDisabledAddmmCudaLt on CUDA (not ROCm)."""
+    return env.get("DISABLE_ADDMM_CUDA_LT") == "1"
+
+
+def is_input_complies_addmm_cuda_lt(result, self_, mat1, mat2, beta, scalar_type, activation=None,
+                                    result_is_self=False):
+    """isInputCompliesAddmmCudaLt with CUDA_VERSION >= 12010 (so without the 65535 * 32 limits)."""
+    if result_is_self:
+        return False
+    mat1_sizes, mat2_sizes = mat1.sizes, mat2.sizes
+    return (beta == 1.0
+            and result.dim() == 2 and result.is_contiguous()
+            and ((self_.is_contiguous()
+                  and (self_.dim() == 1 or self_.squeeze_dim() == 1)
+                  and self_.sizes[-1] == mat2_sizes[1])
+                 or (activation is not None
+                     and self_.dim() == 2
+                     and is_expandable_to(self_.sizes, [mat1_sizes[0], mat2_sizes[1]])))
+            and scalar_type in ("float64", "float32", "float16", "bfloat16")
+            and mat1_sizes[0] > 1 and mat1_sizes[1] > 1
+            and mat2_sizes[0] > 1 and mat2_sizes[1] > 1)
+
+
+def linear_takes_lt(rows, in_features, out_features, dtype, env):
+    """F.linear(x, W, b) on a contiguous [batch, context, in] input: _flatten_nd_linear's
+    addmm(b, x.reshape(rows, in), W.t()) into a new [rows, out] result, beta = alpha = 1."""
+    if is_globally_disabled_addmm_cuda_lt(env):
+        return False
+    result = Strided([rows, out_features])
+    bias = Strided([out_features])
+    mat1 = Strided([rows, in_features])
+    mat2 = Strided([out_features, in_features]).t()
+    return is_input_complies_addmm_cuda_lt(result, bias, mat1, mat2, 1.0, dtype)
 
 
 # ---- The protocol in PyTorch eager (bench/pytorch_eager.py) ----
 
 
-def simulate(cfg, first_product_workspaces):
-    """Runs the protocol through the allocator; returns (phase rows, allocation steps)."""
+def simulate(cfg, ws, env):
+    """Runs the protocol through the allocator with the workspaces `ws` (see `workspaces`) and
+    the environment `env` of the PyTorch process; returns (phase rows, allocation steps)."""
+    cublas_bytes, lt_bytes, lt_shared = ws
     a = Allocator()
     steps = []
     where = [None, 0]
     e = DTYPE_BYTES[cfg["dtype"]]
     rows, width, hidden = cfg["batch"] * cfg["context"], cfg["width"], cfg["hidden"]
     live = {}
-    done = {"workspaces": False}
+    done = {"handle": False, "lt": False}
 
     def alloc(what, nbytes):
         block, new_segment = a.malloc(nbytes)
@@ -237,15 +345,27 @@ def simulate(cfg, first_product_workspaces):
                       "pool": "small" if block.small else "large", "new_segment_bytes": 0})
         a.free(block)
 
+    def linear(name, in_features, out_features):
+        out = alloc(f"{name} output", rows * out_features * e)  # addmm's result
+        lt = linear_takes_lt(rows, in_features, out_features, cfg["dtype"], env)
+        # Either path: getCurrentCUDABlasHandle() -> setWorkspaceForHandle(), once per handle.
+        # The allocator returns nothing for 0 bytes.
+        if not done["handle"]:
+            if cublas_bytes > 0:
+                alloc("cuBLAS workspace", cublas_bytes)
+            done["handle"] = True
+        # The cuBLASLt path only: getCUDABlasLtWorkspace(), once, unless unified.
+        if lt and not done["lt"]:
+            if not lt_shared and lt_bytes > 0:
+                alloc("cuBLASLt workspace", lt_bytes)
+            done["lt"] = True
+        return out
+
     def forward():
-        h = alloc("linear1 output", rows * hidden * e)  # addmm's result
-        if not done["workspaces"]:
-            for what, nbytes in first_product_workspaces:  # gemm_and_bias, first call
-                alloc(what, nbytes)
-            done["workspaces"] = True
+        h = linear("linear1", width, hidden)
         g = alloc("gelu output", rows * hidden * e)
         free(h)
-        y = alloc("linear2 output", rows * width * e)
+        y = linear("linear2", hidden, width)
         free(g)
         return y
 
@@ -312,16 +432,28 @@ def compare(plan, args):
         print("the plan has no compute_capability: compare plans made with --device cuda", file=sys.stderr)
         return 2
     major, minor = (int(x) for x in cc.split("."))
-    first, cublas_bytes, lt_bytes = workspaces(major, minor, args.cublas_workspace,
-                                               args.cublaslt_workspace, args.unified)
-    rows, steps = simulate(c, first)
+    env = environment(args)
+    ws = workspaces(major, minor, args.cublas_workspace, args.cublaslt_workspace,
+                    env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
+    cublas_bytes, lt_bytes, lt_shared = ws
+    rows, steps = simulate(c, ws, env)
     differences = 0
     pol = c.get("memory_policy") or {}
+    unified_env = env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE") or "unset"
     for key, want in (("cublas_workspace_bytes", cublas_bytes), ("cublaslt_workspace_bytes", lt_bytes),
-                      ("cublaslt_workspace_unified", args.unified)):
+                      ("cublaslt_workspace_unified", lt_shared),
+                      ("torch_cublaslt_unified_workspace", unified_env),
+                      ("disable_addmm_cuda_lt", is_globally_disabled_addmm_cuda_lt(env))):
         if pol.get(key) != want:
             print(f"memory_policy.{key}: plan {pol.get(key)}, model {want}  DIFFERENT")
             differences += 1
+    r = c["batch"] * c["context"]
+    for name, i, o in (("linear1", c["width"], c["hidden"]), ("linear2", c["hidden"], c["width"])):
+        want = "cublaslt_bias_epilogue" if linear_takes_lt(r, i, o, c["dtype"], env) else "bias_copy_then_cublas_gemm"
+        got = next((p.get("path") for p in pol.get("linear_paths", []) if p.get("layer") == name), None)
+        verdict = "same" if got == want else "DIFFERENT"
+        differences += got != want
+        print(f"  {name} path: plan {got}, model {want}  {verdict}")
     print(f"{c['batch']}x{c['context']}x{c['width']} {c['dtype']} on compute capability {cc}: "
           f"counters, plan (iteragpu) | model (PyTorch's allocator, from its source)")
     print(f"  {'phase':<16} {'counter':<26} {'plan':>14} {'model':>14} {'diff':>10}  verdict")
@@ -366,6 +498,17 @@ def workspace_bytes(text):
     return int(m.group(1)) << {None: 0, "B": 0, "KiB": 10, "MiB": 20, "GiB": 30}[m.group(2)]
 
 
+def environment(args):
+    """The variables of the PyTorch process the options stand for."""
+    env = {}
+    unified = "1" if args.unified else args.cublaslt_unified_workspace
+    if unified is not None:
+        env["TORCH_CUBLASLT_UNIFIED_WORKSPACE"] = unified
+    if args.disable_addmm_cuda_lt:
+        env["DISABLE_ADDMM_CUDA_LT"] = "1"
+    return env
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--compare", metavar="PLAN.json", help="`iteragpu measure --plan --json` output to check")
@@ -379,7 +522,11 @@ def main(argv):
     p.add_argument("--compute-capability")
     p.add_argument("--cublas-workspace", type=workspace_bytes)
     p.add_argument("--cublaslt-workspace", type=workspace_bytes)
-    p.add_argument("--unified", action="store_true", help="TORCH_CUBLASLT_UNIFIED_WORKSPACE=1")
+    p.add_argument("--cublaslt-unified-workspace", nargs="?", const="1", choices=["1", "0"],
+                   help="TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 (the default when given without a value) or =0; "
+                        "left out: unset")
+    p.add_argument("--unified", action="store_true", help="the same as --cublaslt-unified-workspace=1")
+    p.add_argument("--disable-addmm-cuda-lt", action="store_true", help="DISABLE_ADDMM_CUDA_LT=1")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     if a.compare:
@@ -388,10 +535,12 @@ def main(argv):
     if not (a.batch and a.context and a.width and a.compute_capability):
         p.error("--batch, --context, --width and --compute-capability are required without --compare")
     major, minor = (int(x) for x in a.compute_capability.split("."))
-    first, _, _ = workspaces(major, minor, a.cublas_workspace, a.cublaslt_workspace, a.unified)
+    env = environment(a)
+    ws = workspaces(major, minor, a.cublas_workspace, a.cublaslt_workspace,
+                    env.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
     cfg = {"batch": a.batch, "context": a.context, "width": a.width, "hidden": a.hidden or 4 * a.width,
            "dtype": a.dtype, "warmup": a.warmup, "repeats": a.repeats}
-    rows, steps = simulate(cfg, first)
+    rows, steps = simulate(cfg, ws, env)
     if a.json:
         json.dump({"phases": rows, "allocations": steps}, sys.stdout, indent=2)
         print()

@@ -6,7 +6,7 @@ use std::path::Path;
 use lab::alloc::Action;
 use lab::measure::document::MeasurementDocument;
 use lab::measure::preflight::PlanReport;
-use lab::workspaces::MemoryPolicy;
+use lab::workspaces::{AddmmPath, MemoryPolicy};
 
 /// Bytes with a binary prefix (the exact figure is in the JSON).
 pub fn bytes(b: u64) -> String {
@@ -142,6 +142,11 @@ fn workspaces_line(p: &MemoryPolicy) -> Option<String> {
     }
     let lt = if w.cublaslt_unified {
         format!("{} inside it (unified)", bytes(w.cublaslt_bytes))
+    } else if !p.linear_paths.is_empty() && !p.uses_cublaslt() {
+        format!(
+            "{} not allocated (no Linear takes the cuBLASLt path)",
+            bytes(w.cublaslt_bytes)
+        )
     } else {
         bytes(w.cublaslt_bytes)
     };
@@ -173,6 +178,13 @@ pub fn plan(r: &PlanReport) -> String {
             .map(|l| format!("; {l}"))
             .unwrap_or_else(|| "; no library workspace".to_string())
     );
+    for l in &c.memory_policy.linear_paths {
+        let why = match l.path {
+            AddmmPath::CublasLt => String::new(),
+            AddmmPath::Cublas => format!(" ({})", l.reason),
+        };
+        let _ = writeln!(s, "{}: {}{why}", l.layer, l.path.describe());
+    }
     let _ = writeln!(
         s,
         "\nallocation sequence\n{:<13} {:>3}  {:<8} {:<19} {:>11} {:>11} {:<5} {:>11}",

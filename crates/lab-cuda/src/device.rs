@@ -1,11 +1,13 @@
 //! `CudaDevice`: the measurement engine's [`Device`] on an NVIDIA GPU.
 //!
 //! One primary context and one non-blocking stream; every tensor is a block of the caching
-//! allocator (PyTorch's policy) over `cuMemAlloc` segments; each Linear is one cuBLASLt matmul with
-//! the bias epilogue, made as PyTorch 2.11's `gemm_and_bias` makes it ([`crate::blaslt`]); GELU and
-//! the inputs are our kernels. The cuBLAS handle and both library workspaces are created on the
-//! first product, through the allocator and after its output, as PyTorch does, so they show in
-//! the cold forward pass.
+//! allocator (PyTorch's policy) over `cuMemAlloc` segments; each Linear takes the path torch
+//! 2.11's `addmm` takes for its shape (`lab::workspaces`): one cuBLASLt matmul with the bias
+//! epilogue, made as `gemm_and_bias` makes it ([`crate::blaslt`]), or, when a dimension is 1, the
+//! bias copied into the output by our kernel and one `cublasGemmEx` with beta = 1
+//! ([`crate::gemm`]); GELU and the inputs are our kernels. The cuBLAS handle and its workspace are
+//! created on the first product, the cuBLASLt workspace on the first cuBLASLt product, through the
+//! allocator and after the output, as PyTorch does, so they show in the cold forward pass.
 //!
 //! Teardown (`Drop`) frees everything and releases the context; `measure` writes its document
 //! before the device is dropped, and the libraries stay loaded for the process's life, so a
@@ -20,7 +22,7 @@ use lab::device::{Device, DeviceError, DeviceMemory, Tensor};
 use lab::dtype::DType;
 use lab::environment::{ENVIRONMENT_SCHEMA, Environment};
 use lab::tool::ToolInfo;
-use lab::workspaces::{CUBLAS_WORKSPACE, MemoryPolicy, WorkspaceOptions};
+use lab::workspaces::{AddmmPath, MemoryPolicy, WorkspaceOptions};
 use serde_json::{Map, Value, json};
 
 use crate::blas::{self, Blas};
@@ -31,6 +33,7 @@ use crate::environment::{
     set_kernel_form,
 };
 use crate::error::CudaError;
+use crate::gemm::{GemmArgs, GemmEx};
 use crate::kernels::{KernelChoice, Kernels, launch_shape};
 use crate::loader;
 use crate::nvml::{self, NvmlHandle};
@@ -41,7 +44,8 @@ use crate::segments::DriverSegments;
 pub struct CudaOptions {
     /// `--kernel-form`.
     pub kernel_form: KernelChoice,
-    /// `--cublas-workspace`, `--cublaslt-workspace`, `--cublaslt-unified-workspace`.
+    /// `--cublas-workspace`, `--cublaslt-workspace`, `--cublaslt-unified-workspace`, and
+    /// PyTorch's `DISABLE_ADDMM_CUDA_LT`.
     pub workspaces: WorkspaceOptions,
 }
 
@@ -49,8 +53,11 @@ pub struct CudaOptions {
 #[derive(Debug)]
 struct BlasState {
     handle: blas::Handle,
-    /// Whether the workspaces have been allocated (once per handle, kept for the process).
-    ready: bool,
+    /// Whether the cuBLAS workspace has been allocated (on the first product through the handle,
+    /// kept for the process).
+    handle_ready: bool,
+    /// Whether the cuBLASLt workspace has been allocated (on the first cuBLASLt product, kept).
+    lt_ready: bool,
     cublas_workspace: Option<Block>,
     cublaslt_workspace: Option<Block>,
 }
@@ -59,6 +66,7 @@ struct BlasState {
 pub struct CudaDevice {
     driver: Rc<Driver>,
     blas: Blas,
+    gemm: GemmEx,
     nvml: Option<NvmlHandle>,
     dev: CuDevice,
     ctx: CUcontext,
@@ -100,6 +108,7 @@ impl CudaDevice {
         let cc = describe_gpu(&driver, dev, nvml.as_mut().ok(), &mut details)?;
         check_compute_capability(ordinal, &driver, dev, cc)?;
         let blas = Blas::new(loader::load_blas(driver.version)?)?;
+        let gemm = GemmEx::new(blas.libs.blas)?;
         describe_blas(Some(&blas), &mut details);
 
         let ctx = driver.retain_primary_context(dev)?;
@@ -159,6 +168,7 @@ impl CudaDevice {
             tensors: TensorPool::new(DriverSegments::new(Rc::clone(&driver))),
             driver,
             blas,
+            gemm,
             nvml: nvml.ok(),
             dev,
             ctx,
@@ -188,15 +198,15 @@ impl CudaDevice {
 
     /// The handle, as PyTorch's `getCurrentCUDABlasHandle` leaves it on every use (created on the
     /// first; `cublasSetStream`; `setWorkspaceForHandle`, which allocates the cuBLAS workspace
-    /// through the allocator the first time; `cublasSetMathMode`), and the cuBLASLt workspace of
-    /// `getCUDABlasLtWorkspace` (a second allocation the first time, or the cuBLAS workspace when
-    /// unified). See `lab::workspaces` for the sources.
-    fn blas_handle(&mut self, allow_tf32: bool) -> Result<(blas::Handle, Workspace), DeviceError> {
+    /// through the allocator the first time; `cublasSetMathMode`). Both paths of a Linear come
+    /// through here. See `lab::workspaces` for the sources.
+    fn blas_handle(&mut self, allow_tf32: bool) -> Result<blas::Handle, DeviceError> {
         if self.blas_state.is_none() {
             let handle = self.blas.create_handle().map_err(backend)?;
             self.blas_state = Some(BlasState {
                 handle,
-                ready: false,
+                handle_ready: false,
+                lt_ready: false,
                 cublas_workspace: None,
                 cublaslt_workspace: None,
             });
@@ -206,39 +216,47 @@ impl CudaDevice {
         };
         let h = state.handle;
         self.blas.set_stream(h, self.stream).map_err(backend)?;
-        if !state.ready {
-            // In PyTorch's order, after the output: the cuBLAS workspace, then cuBLASLt's.
-            for (what, bytes) in self.policy.workspaces().allocations() {
-                let block = self.tensors.allocate_bytes(bytes, what)?;
-                if what == CUBLAS_WORKSPACE {
-                    state.cublas_workspace = Some(block);
-                } else {
-                    state.cublaslt_workspace = Some(block);
-                }
-            }
-            state.ready = true;
-        }
         let w = self.policy.workspaces();
+        if !state.handle_ready {
+            if let Some((what, bytes)) = w.handle_allocation() {
+                state.cublas_workspace = Some(self.tensors.allocate_bytes(bytes, what)?);
+            }
+            state.handle_ready = true;
+        }
         let cublas_ptr = state.cublas_workspace.as_ref().map_or(0, |b| {
             self.tensors.allocator().segment(b.segment) + b.offset
         });
         // SAFETY: the block stays allocated until `Drop`, which destroys the handle first.
         unsafe { self.blas.set_workspace(h, cublas_ptr, w.cublas_bytes) }.map_err(backend)?;
         self.blas.set_math_mode(h, allow_tf32).map_err(backend)?;
-        let lt = if w.cublaslt_unified {
-            Workspace {
-                ptr: cublas_ptr,
-                bytes: w.cublaslt_bytes,
-            }
-        } else {
-            Workspace {
-                ptr: state.cublaslt_workspace.as_ref().map_or(0, |b| {
-                    self.tensors.allocator().segment(b.segment) + b.offset
-                }),
-                bytes: w.cublaslt_bytes,
-            }
+        Ok(h)
+    }
+
+    /// The cuBLASLt workspace of `getCUDABlasLtWorkspace`, after [`CudaDevice::blas_handle`]:
+    /// the cuBLAS workspace when unified, else a second block, allocated on the first cuBLASLt
+    /// product and kept.
+    fn lt_workspace(&mut self) -> Result<Workspace, DeviceError> {
+        let Some(state) = self.blas_state.as_mut() else {
+            return Err(DeviceError::Backend("no cuBLAS handle".into()));
         };
-        Ok((h, lt))
+        let w = self.policy.workspaces();
+        if !state.lt_ready {
+            if let Some((what, bytes)) = w.lt_allocation() {
+                state.cublaslt_workspace = Some(self.tensors.allocate_bytes(bytes, what)?);
+            }
+            state.lt_ready = true;
+        }
+        let block = if w.cublaslt_unified {
+            &state.cublas_workspace
+        } else {
+            &state.cublaslt_workspace
+        };
+        Ok(Workspace {
+            ptr: block.as_ref().map_or(0, |b| {
+                self.tensors.allocator().segment(b.segment) + b.offset
+            }),
+            bytes: w.cublaslt_bytes,
+        })
     }
 
     /// Launches a 1-D grid-stride kernel over `n` elements.
@@ -408,18 +426,56 @@ impl Device for CudaDevice {
     ) -> Result<(), DeviceError> {
         check_linear_shapes(x, weight, bias, out)?;
         let dtype = same_dtype(&[x, weight, bias, out])?;
-        let spec = MatmulSpec::linear(x.rows, x.cols, weight.rows, dtype, allow_tf32)
-            .map_err(DeviceError::Shape)?;
-        let ops = Operands {
-            a: self.ptr(weight)?,
-            b: self.ptr(x)?,
-            c: self.ptr(out)?,
-            bias: Some(self.ptr(bias)?),
-        };
-        let (h, workspace) = self.blas_handle(allow_tf32)?;
-        // SAFETY: the operands are live blocks holding the matrices `spec` describes (shapes and
-        // dtype checked above); the workspace block is kept until `Drop`.
-        unsafe { self.blas.lt.matmul(h, &spec, &ops, workspace, self.stream) }.map_err(backend)
+        let path = self
+            .policy
+            .linear_path(x.rows, x.cols, weight.rows, dtype)
+            .unwrap_or(AddmmPath::CublasLt);
+        let (a, b, c, bias_ptr) = (
+            self.ptr(weight)?,
+            self.ptr(x)?,
+            self.ptr(out)?,
+            self.ptr(bias)?,
+        );
+        match path {
+            AddmmPath::CublasLt => {
+                let spec = MatmulSpec::linear(x.rows, x.cols, weight.rows, dtype, allow_tf32)
+                    .map_err(DeviceError::Shape)?;
+                let ops = Operands {
+                    a,
+                    b,
+                    c,
+                    bias: Some(bias_ptr),
+                };
+                let h = self.blas_handle(allow_tf32)?;
+                let workspace = self.lt_workspace()?;
+                // SAFETY: the operands are live blocks holding the matrices `spec` describes
+                // (shapes and dtype checked above); the workspace block is kept until `Drop`.
+                unsafe { self.blas.lt.matmul(h, &spec, &ops, workspace, self.stream) }
+                    .map_err(backend)
+            }
+            AddmmPath::Cublas => {
+                let g = GemmArgs::linear(x.rows, x.cols, weight.rows, dtype, allow_tf32)
+                    .map_err(DeviceError::Shape)?;
+                // The bias expanded into the output (torch's copy_), then the GEMM adds to it.
+                let f = self.kernels.bias_rows_for(dtype);
+                let n = out.len() as u64;
+                let mut args = [bias_ptr, c, n, out.cols as u64];
+                // SAFETY: bias_rows_b{32,16}(bias, out, n, cols): `out` holds n = rows x cols
+                // elements and `bias` cols elements of the kernel's width.
+                unsafe { self.launch(f, n, &mut args) }?;
+                let h = self.blas_handle(allow_tf32)?;
+                if g.sets_default_math() {
+                    self.blas.set_math_mode(h, false).map_err(backend)?;
+                }
+                // SAFETY: the operands are live blocks holding the matrices `g` describes (shapes
+                // and dtype checked above); the handle is bound to the device's stream.
+                unsafe { self.gemm.run(h, &g, a, b, c) }.map_err(backend)?;
+                if g.sets_default_math() {
+                    self.blas.set_math_mode(h, false).map_err(backend)?;
+                }
+                Ok(())
+            }
+        }
     }
 
     fn gelu(&mut self, x: &Tensor, out: &Tensor) -> Result<(), DeviceError> {

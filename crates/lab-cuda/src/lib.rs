@@ -6,6 +6,8 @@
 //! no device, a wrong ordinal, an old driver, no cuBLAS — is an error value with a sentence a
 //! user can act on, never a panic.
 
+#[cfg(test)]
+mod bias_kernel_on_host;
 mod blas;
 pub mod blaslt;
 mod copies;
@@ -13,6 +15,7 @@ mod device;
 mod driver;
 mod environment;
 mod error;
+pub mod gemm;
 mod kernels;
 #[cfg(test)]
 mod kernels_on_host;

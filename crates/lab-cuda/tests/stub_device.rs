@@ -16,7 +16,9 @@ use lab::measure::document::Preflight;
 use lab::measure::preflight;
 use lab::measure::runner::{self, Mode, RunInfo, Silent};
 use lab::tool::ToolInfo;
-use lab::workspaces::{CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, WorkspaceOptions};
+use lab::workspaces::{
+    AddmmPath, CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, UnifiedWorkspace, WorkspaceOptions,
+};
 use lab_cuda::{CudaDevice, CudaOptions, KernelChoice};
 
 const CHILD: &str = "LAB_CUDA_STUB_CHILD";
@@ -654,7 +656,7 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
         let stdout = run_child_with(
             "a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predicts",
             &HOSTMEM,
-            &["RECORD"],
+            &["RECORD", "COMPUTE"],
             &["RECORD", "COMPUTE"],
         );
         assert!(stdout.contains("CHILD DONE"), "{stdout}");
@@ -662,30 +664,51 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
     }
     let unified = WorkspaceOptions {
         cublas_bytes: Some(4 << 20),
-        cublaslt_bytes: None,
-        unified: true,
+        unified: UnifiedWorkspace::Unified,
+        ..Default::default()
     };
     let none = WorkspaceOptions {
         cublas_bytes: Some(0),
         cublaslt_bytes: Some(0),
-        unified: false,
+        ..Default::default()
     };
+    // A cuBLAS workspace below the cuBLASLt one: unset caps the separate cuBLASLt block at
+    // 512 KiB, 0 keeps it at 1 MiB.
+    let small = |unified| WorkspaceOptions {
+        cublas_bytes: Some(512 << 10),
+        unified,
+        ..Default::default()
+    };
+    let disabled = WorkspaceOptions {
+        addmm_cuda_lt_disabled: true,
+        ..Default::default()
+    };
+    let d = WorkspaceOptions::default();
     let cases = [
+        ((2, 8, 32), DType::Float32, d, KernelChoice::Auto),
+        ((2, 8, 32), DType::Float16, d, KernelChoice::Ptx),
+        ((2, 8, 32), DType::Bfloat16, unified, KernelChoice::Cubin),
+        ((2, 8, 32), DType::Float32, none, KernelChoice::Auto),
         (
+            (2, 8, 32),
             DType::Float32,
-            WorkspaceOptions::default(),
+            small(UnifiedWorkspace::Unset),
             KernelChoice::Auto,
         ),
         (
-            DType::Float16,
-            WorkspaceOptions::default(),
-            KernelChoice::Ptx,
+            (2, 8, 32),
+            DType::Bfloat16,
+            small(UnifiedWorkspace::Separate),
+            KernelChoice::Auto,
         ),
-        (DType::Bfloat16, unified, KernelChoice::Cubin),
-        (DType::Float32, none, KernelChoice::Auto),
+        ((2, 8, 32), DType::Float16, disabled, KernelChoice::Auto),
+        // torch's cublasGemmEx path: one row, and a width of 1.
+        ((1, 1, 64), DType::Float32, d, KernelChoice::Auto),
+        ((1, 1, 64), DType::Bfloat16, d, KernelChoice::Auto),
+        ((2, 8, 1), DType::Float16, d, KernelChoice::Auto),
     ];
     let log = Log::new();
-    for (dtype, workspaces, kernel_form) in cases {
+    for ((b, c, w), dtype, workspaces, kernel_form) in cases {
         let options = CudaOptions {
             kernel_form,
             workspaces,
@@ -693,13 +716,36 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
         log.take();
         let mut d = CudaDevice::open(0, ToolInfo::new(None), &options).unwrap();
         d.enable_allocation_trace();
-        let plan = plan(2, 8, 32, dtype);
+        let plan = plan(b, c, w, dtype);
         let doc = runner::run(&mut d, &plan, run_info(), Mode::Measure, &mut Silent);
-        let what = format!("{dtype} {workspaces:?} {kernel_form}");
+        let what = format!("{b}x{c}x{w} {dtype} {workspaces:?} {kernel_form}");
         assert!(doc.complete, "{what}: {:?}", doc.error);
         let check = doc.check.as_ref().unwrap();
         assert!(check.passed, "{what}: {check:?}");
-        assert_eq!(doc.configuration.memory_policy, d.memory_policy());
+        let policy = d.memory_policy();
+        assert_eq!(
+            doc.configuration.memory_policy,
+            policy.clone().with_linear_paths(&plan.linears(), dtype)
+        );
+        let lt = doc.configuration.memory_policy.uses_cublaslt();
+        assert_eq!(
+            lt,
+            b * c > 1 && w > 1 && !workspaces.addmm_cuda_lt_disabled,
+            "{what}"
+        );
+        let paths: Vec<AddmmPath> = doc
+            .configuration
+            .memory_policy
+            .linear_paths
+            .iter()
+            .map(|l| l.path)
+            .collect();
+        let path = if lt {
+            AddmmPath::CublasLt
+        } else {
+            AddmmPath::Cublas
+        };
+        assert_eq!(paths, [path, path], "{what}");
         let form = doc.environment.details["kernel_form"]
             .as_str()
             .unwrap()
@@ -711,7 +757,7 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
         );
         // The plan, made without a device, predicts every counter of every phase and the
         // allocation sequence the device really made.
-        let planned = preflight::plan_run(&plan, &d.memory_policy());
+        let planned = preflight::plan_run(&plan, &policy);
         assert_eq!(planned.phases.len(), doc.phases.len());
         for (p, r) in planned.phases.iter().zip(&doc.phases) {
             let (pm, rm) = (&p.memory, &r.memory);
@@ -740,36 +786,272 @@ fn a_whole_run_on_the_stub_gpu_passes_its_check_and_counts_what_the_plan_predict
         let traced = d.allocation_trace();
         let events: Vec<_> = planned.allocations.iter().map(|a| &a.event).collect();
         assert_eq!(events, traced.iter().collect::<Vec<_>>(), "{what}");
-        let ws: Vec<&str> = traced
+        let ws: Vec<(&str, u64)> = traced
             .iter()
             .filter(|e| e.what.contains("workspace"))
-            .map(|e| e.what.as_str())
+            .map(|e| (e.what.as_str(), e.requested_bytes))
             .collect();
-        let expected: &[&str] = if workspaces.unified {
-            &[CUBLAS_WORKSPACE]
-        } else if workspaces.cublas_bytes == Some(0) {
-            &[]
-        } else {
-            &[CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE]
+        let cublas = workspaces.cublas_bytes.unwrap_or(33_554_432);
+        let lt_bytes = match workspaces.unified {
+            UnifiedWorkspace::Separate => 1 << 20,
+            _ => (1u64 << 20).min(cublas),
         };
+        let mut expected = Vec::new();
+        if cublas > 0 {
+            expected.push((CUBLAS_WORKSPACE, cublas));
+        }
+        if lt && workspaces.unified != UnifiedWorkspace::Unified && lt_bytes > 0 {
+            expected.push((CUBLASLT_WORKSPACE, lt_bytes));
+        }
         assert_eq!(ws, expected, "{what}");
-        // One cuBLASLt matmul per Linear, each with the bias epilogue, and no other kernel than
-        // the inputs and GELU: 2 products per pass, 1 cold + 2 warm-up + 2 timed passes.
+        // Per Linear either one cuBLASLt matmul with the bias epilogue, or the bias broadcast
+        // and one cublasGemmEx: 2 products per pass, 1 cold + 2 warm-up + 2 timed passes.
         let calls = log.take();
-        assert_eq!(calls.matches("lt_matmul ").count(), 10, "{what}");
-        assert_eq!(calls.matches("attr=7 size=4 value=4").count(), 10, "{what}");
+        let (lt_calls, gemm_calls) = if lt { (10, 0) } else { (0, 10) };
+        assert_eq!(calls.matches("lt_matmul ").count(), lt_calls, "{what}");
+        assert_eq!(
+            calls.matches("attr=7 size=4 value=4").count(),
+            lt_calls,
+            "{what}"
+        );
+        assert_eq!(calls.matches("gemm_ex ").count(), gemm_calls, "{what}");
+        assert_eq!(
+            calls.matches("beta=1 ").count(),
+            gemm_calls,
+            "{what}: beta = 1"
+        );
+        assert_eq!(
+            calls.matches("launch bias_rows_").count(),
+            gemm_calls,
+            "{what}"
+        );
         assert_eq!(calls.matches("cublas_create").count(), 1, "{what}");
         let kernels: std::collections::BTreeSet<&str> = calls
             .lines()
             .filter_map(|l| l.strip_prefix("launch "))
             .filter_map(|l| l.split_whitespace().next())
             .collect();
-        assert_eq!(kernels.len(), 2, "inputs and GELU only: {kernels:?}");
+        assert_eq!(
+            kernels.len(),
+            if lt { 2 } else { 3 },
+            "inputs and GELU (and the bias broadcast): {kernels:?}"
+        );
+        assert!(kernels.iter().all(|k| k.starts_with("inputs_")
+            || k.starts_with("gelu_")
+            || k.starts_with("bias_rows_")));
+    }
+    println!("CHILD DONE");
+}
+
+/// A Linear that torch 2.11 keeps off the cuBLASLt path (a dimension of 1): the bias copied into
+/// the output by our kernel first, then one cublasGemmEx with beta = 1 and the arguments
+/// cublasCommonArgs gives; no cuBLASLt call and no cuBLASLt workspace, which the first product on
+/// the cuBLASLt path then allocates.
+#[test]
+fn a_linear_with_a_dimension_of_1_copies_the_bias_then_runs_cublas_gemm_ex() {
+    if std::env::var_os(CHILD).is_none() {
+        let stdout = run_child_with(
+            "a_linear_with_a_dimension_of_1_copies_the_bias_then_runs_cublas_gemm_ex",
+            &HOSTMEM,
+            &["RECORD", "COMPUTE"],
+            &["RECORD", "COMPUTE"],
+        );
+        assert!(stdout.contains("CHILD DONE"), "{stdout}");
+        return;
+    }
+    let log = Log::new();
+    let mut d = CudaDevice::open(0, ToolInfo::new(None), &CudaOptions::default()).unwrap();
+    d.enable_allocation_trace();
+    let stream = "5757";
+
+    // linear1 of --batch 1 --context 1 --width 64: x [1, 64], W [256, 64], bfloat16.
+    let (m, k, n) = (1usize, 64usize, 256usize);
+    let dt = DType::Bfloat16;
+    let (xv, wv, bv) = (values(m * k, 0.05), values(n * k, 0.01), values(n, 0.25));
+    let x = d.allocate(m, k, dt, "x").unwrap();
+    let w = d.allocate(n, k, dt, "w").unwrap();
+    let b = d.allocate(1, n, dt, "b").unwrap();
+    d.upload(&x, &xv).unwrap();
+    d.upload(&w, &wv).unwrap();
+    d.upload(&b, &bv).unwrap();
+    let out = d.allocate(m, n, dt, "out").unwrap();
+    log.take();
+    let traced = d.allocation_trace().len();
+    d.linear(&x, &w, &b, &out, false).unwrap();
+    let new: Vec<(Action, &str, u64)> = d.allocation_trace()[traced..]
+        .iter()
+        .map(|e| (e.action, e.what.as_str(), e.requested_bytes))
+        .collect();
+    assert_eq!(
+        new,
+        [(Action::Allocate, CUBLAS_WORKSPACE, 33_554_432)],
+        "the cuBLAS workspace only"
+    );
+    let first = log.take();
+    assert_eq!(
+        calls(&first),
+        [
+            "launch",
+            "cublas_create",
+            "cublas_set_stream",
+            "cublas_set_workspace",
+            "cublas_set_math_mode",
+            "cublas_set_math_mode",
+            "gemm_ex",
+            "cublas_set_math_mode",
+        ],
+        "{first}"
+    );
+    let launch = fields(&first, "launch bias_rows_b16");
+    let g = fields(&first, "gemm_ex");
+    let la: Vec<&str> = launch["args"].split(',').collect();
+    assert_eq!(la[1], g["c"], "the bias is copied into the output");
+    assert_eq!((la[2], la[3]), ("256", "256"), "n = rows x cols, cols");
+    assert_eq!(device_bytes(la[0], n * 2), encode(&bv, dt), "from the bias");
+    assert_eq!(launch["stream"], stream);
+    let got = |key: &str| g[key].as_str();
+    assert_eq!(
+        [
+            got("transa"),
+            got("transb"),
+            got("m"),
+            got("n"),
+            got("k"),
+            got("lda"),
+            got("ldb"),
+            got("ldc")
+        ],
+        ["1", "0", "256", "1", "64", "64", "64", "256"],
+        "T, N, m = out, n = rows, k = in, lda = ldb = in, ldc = out"
+    );
+    assert_eq!(
+        [got("atype"), got("btype"), got("ctype")],
+        ["14", "14", "14"]
+    );
+    assert_eq!(
+        [got("compute"), got("algo")],
+        ["68", "99"],
+        "CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP"
+    );
+    assert_eq!([got("alpha"), got("beta")], ["1", "1"]);
+    assert_eq!(g["handle"], "b1a5");
+    assert_eq!(
+        device_bytes(&g["a"], n * k * 2),
+        encode(&wv, dt),
+        "A is the weight"
+    );
+    assert_eq!(
+        device_bytes(&g["b"], m * k * 2),
+        encode(&xv, dt),
+        "B is the input"
+    );
+    let modes: Vec<String> = first
+        .lines()
+        .filter(|l| l.starts_with("cublas_set_math_mode"))
+        .map(|l| fields_of(l)["mode"].clone())
+        .collect();
+    assert_eq!(
+        modes,
+        ["0", "0", "0"],
+        "CUBLAS_DEFAULT_MATH around a half GEMM"
+    );
+    let result = d.read_rows(&out, &[0]).unwrap();
+    for o in 0..n {
+        let want: f32 = (0..k)
+            .map(|i| dt.round(xv[i]) * dt.round(wv[o * k + i]))
+            .sum::<f32>()
+            + dt.round(bv[o]);
         assert!(
-            kernels
-                .iter()
-                .all(|k| k.starts_with("inputs_") || k.starts_with("gelu_"))
+            (result[o] - want).abs() <= 0.02 * want.abs().max(1.0),
+            "[{o}] {} vs {want}",
+            result[o]
         );
     }
+
+    // A width of 1 in float32 with TF32 allowed: x [16, 1] · W[4, 1]ᵀ and [16, 4] · W[1, 4]ᵀ; the
+    // transposed weights are contiguous, so neither is transposed for cuBLAS.
+    let f = DType::Float32;
+    for (rows, i, o, want) in [
+        (
+            16usize,
+            1usize,
+            4usize,
+            ["0", "0", "4", "16", "1", "4", "1", "4"],
+        ),
+        (16, 4, 1, ["0", "0", "1", "16", "4", "1", "4", "1"]),
+    ] {
+        let (xv, wv, bv) = (values(rows * i, 1.0), values(o * i, 0.5), values(o, 0.25));
+        let x = d.allocate(rows, i, f, "x").unwrap();
+        let w = d.allocate(o, i, f, "w").unwrap();
+        let b = d.allocate(1, o, f, "b").unwrap();
+        let y = d.allocate(rows, o, f, "y").unwrap();
+        d.upload(&x, &xv).unwrap();
+        d.upload(&w, &wv).unwrap();
+        d.upload(&b, &bv).unwrap();
+        log.take();
+        let traced = d.allocation_trace().len();
+        d.linear(&x, &w, &b, &y, true).unwrap();
+        assert_eq!(d.allocation_trace().len(), traced, "no new workspace");
+        let calls_made = log.take();
+        assert!(!calls_made.contains("lt_"), "{calls_made}");
+        assert!(calls_made.contains("launch bias_rows_b32"), "{calls_made}");
+        let g = fields(&calls_made, "gemm_ex");
+        let got: Vec<&str> = ["transa", "transb", "m", "n", "k", "lda", "ldb", "ldc"]
+            .iter()
+            .map(|key| g[*key].as_str())
+            .collect();
+        assert_eq!(got, want, "{rows}x{i}x{o}");
+        assert_eq!(
+            (
+                g["compute"].as_str(),
+                g["algo"].as_str(),
+                g["atype"].as_str()
+            ),
+            ("77", "-1", "0"),
+            "TF32 allowed, CUBLAS_GEMM_DEFAULT, CUDA_R_32F"
+        );
+        assert_eq!(
+            calls_made.matches("cublas_set_math_mode").count(),
+            1,
+            "float32: only the handle's math mode"
+        );
+        assert_eq!(fields(&calls_made, "cublas_set_math_mode")["mode"], "3");
+        let result = d.read_rows(&y, &(0..rows).collect::<Vec<_>>()).unwrap();
+        for r in 0..rows {
+            for c in 0..o {
+                let want: f32 = (0..i).map(|p| xv[r * i + p] * wv[c * i + p]).sum::<f32>() + bv[c];
+                let got = result[r * o + c];
+                assert!(
+                    (got - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "[{r},{c}] {got} vs {want}"
+                );
+            }
+        }
+        for t in [x, w, b, y] {
+            d.free(t);
+        }
+    }
+
+    // The first product on the cuBLASLt path allocates the cuBLASLt workspace then, not before.
+    let x2 = d.allocate(2, k, dt, "x").unwrap();
+    let o2 = d.allocate(2, n, dt, "o").unwrap();
+    log.take();
+    let traced = d.allocation_trace().len();
+    d.linear(&x2, &w, &b, &o2, false).unwrap();
+    let new: Vec<(&str, u64)> = d.allocation_trace()[traced..]
+        .iter()
+        .map(|e| (e.what.as_str(), e.requested_bytes))
+        .collect();
+    assert_eq!(new, [(CUBLASLT_WORKSPACE, 1 << 20)]);
+    let lt = log.take();
+    assert!(
+        lt.contains("lt_matmul") && lt.contains("attr=7 size=4 value=4"),
+        "{lt}"
+    );
+    assert!(!lt.contains("gemm_ex") && !lt.contains("bias_rows"), "{lt}");
+    for t in [x, w, b, out, x2, o2] {
+        d.free(t);
+    }
+    drop(d);
     println!("CHILD DONE");
 }

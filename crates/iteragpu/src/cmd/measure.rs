@@ -15,7 +15,9 @@ use lab::measure::document::{MeasurementDocument, PhaseRow, Preflight};
 use lab::measure::preflight::{self, PlanReport};
 use lab::measure::runner::{self, Mode, Progress, RunInfo};
 use lab::tool::ToolInfo;
-use lab::workspaces::{MemoryPolicy, WorkspaceOptions, parse_cublas_workspace_config};
+use lab::workspaces::{
+    MemoryPolicy, UnifiedWorkspace, WorkspaceOptions, parse_cublas_workspace_config,
+};
 use lab_cuda::{CudaOptions, KernelChoice};
 
 use crate::exit::usage;
@@ -37,9 +39,12 @@ Examples:
 
 Raise one dimension at a time and watch the free memory. `allocated` is part of `reserved`:
 never add them, and never subtract peaks to infer a cache. The counters mirror torch 2.11's
-caching allocator, with the two library workspaces torch allocates on the first product (cuBLAS:
-32 MiB on compute capability 9.0, 8519680 bytes elsewhere; cuBLASLt: 1 MiB); --plan prints them,
-phase by phase, without opening any device. Exit codes: 0 complete run (or a plan), 1 the run
+caching allocator, with the library workspaces torch allocates: the cuBLAS workspace on the first
+product (32 MiB on compute capability 9.0, 8519680 bytes elsewhere), the 1 MiB cuBLASLt workspace
+on the first Linear that takes the cuBLASLt path. Each Linear takes the path torch 2.11's addmm
+takes: cublasLtMatmul with the bias epilogue, or, when batch x context or a width is 1, the bias
+copied into the output and cublasGemmEx (no cuBLASLt workspace then). --plan prints them, phase
+by phase, without opening any device. Exit codes: 0 complete run (or a plan), 1 the run
 failed or its numerical check failed (the file is still written, with `complete: false`), 2 bad
 options, an existing --output, or no usable GPU (nothing is written).")]
 pub struct Args {
@@ -118,10 +123,19 @@ pub struct RunOptions {
     /// `0`) [default: torch 2.11's 1 MiB].
     #[arg(long, value_parser = parse_workspace_bytes, value_name = "BYTES")]
     pub cublaslt_workspace: Option<u64>,
-    /// GPU: cuBLASLt uses the cuBLAS workspace instead of its own, as
-    /// TORCH_CUBLASLT_UNIFIED_WORKSPACE=1 does (torch 2.11's default is separate).
-    #[arg(long)]
-    pub cublaslt_unified_workspace: bool,
+    /// GPU: PyTorch's TORCH_CUBLASLT_UNIFIED_WORKSPACE, in its three states. Left out (unset,
+    /// torch 2.11's default): a separate cuBLASLt workspace, its size capped at the cuBLAS
+    /// workspace's. `--cublaslt-unified-workspace` (or `=1`): cuBLASLt uses the cuBLAS workspace
+    /// (capped, nothing more allocated). `=0`: a separate cuBLASLt workspace, not capped.
+    #[arg(
+        long,
+        value_name = "1|0",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "1",
+        value_parser = parse_unified_workspace
+    )]
+    pub cublaslt_unified_workspace: Option<UnifiedWorkspace>,
     /// GPU: how the kernels reach the device: `auto` (the cubin for the GPU, else the PTX),
     /// `cubin` (never the JIT), `ptx` (always the driver's JIT, to check that path).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cubin", "ptx"], value_name = "FORM")]
@@ -153,8 +167,12 @@ impl RunOptions {
         if let Some(b) = self.cublaslt_workspace {
             a.extend(["--cublaslt-workspace".to_string(), b.to_string()]);
         }
-        if self.cublaslt_unified_workspace {
-            a.push("--cublaslt-unified-workspace".to_string());
+        match self.cublaslt_unified_workspace {
+            Some(UnifiedWorkspace::Unified) => a.push("--cublaslt-unified-workspace".to_string()),
+            Some(UnifiedWorkspace::Separate) => {
+                a.push("--cublaslt-unified-workspace=0".to_string());
+            }
+            Some(UnifiedWorkspace::Unset) | None => {}
         }
         if self.kernel_form != "auto" {
             a.extend(["--kernel-form".to_string(), self.kernel_form.clone()]);
@@ -167,7 +185,8 @@ impl RunOptions {
         WorkspaceOptions {
             cublas_bytes: self.cublas_workspace,
             cublaslt_bytes: self.cublaslt_workspace,
-            unified: self.cublaslt_unified_workspace,
+            unified: self.cublaslt_unified_workspace.unwrap_or_default(),
+            addmm_cuda_lt_disabled: false,
         }
     }
 
@@ -194,6 +213,21 @@ impl RunOptions {
             ));
         }
         Ok(())
+    }
+}
+
+/// `--cublaslt-unified-workspace[=1|0]`: the two values torch's `check_env` accepts (leaving the
+/// option out is the third state, unset).
+pub fn parse_unified_workspace(text: &str) -> Result<UnifiedWorkspace, String> {
+    match text.trim() {
+        "1" => Ok(UnifiedWorkspace::Unified),
+        "0" => Ok(UnifiedWorkspace::Separate),
+        other => Err(format!(
+            "`{other}` is not a TORCH_CUBLASLT_UNIFIED_WORKSPACE value: use \
+             --cublaslt-unified-workspace (or =1) to share the cuBLAS workspace, =0 for a separate \
+             cuBLASLt workspace that is not capped, or leave the option out for torch 2.11's \
+             default (separate, capped at the cuBLAS workspace)"
+        )),
     }
 }
 

@@ -421,6 +421,78 @@ fn the_plan_follows_the_compute_capability_and_the_workspace_options() {
         .filter(|s| s["what"].as_str().unwrap().contains("workspace"))
         .count();
     assert_eq!(workspaces, 1, "unified: only the cuBLAS workspace");
+    // TORCH_CUBLASLT_UNIFIED_WORKSPACE's three states with a cuBLAS workspace below the cuBLASLt
+    // one: unset caps the size and allocates separately, 1 caps and shares, 0 neither caps nor
+    // shares.
+    let states = |extra: &[&str]| {
+        let v = plan_json(
+            &[
+                &[
+                    "--device",
+                    "cuda",
+                    "--compute-capability",
+                    "9.0",
+                    "--cublas-workspace",
+                    "512KiB",
+                ][..],
+                extra,
+            ]
+            .concat(),
+        );
+        let p = &v["configuration"]["memory_policy"];
+        let allocated: Vec<(String, u64)> = v["allocations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["action"] == "allocate")
+            .filter(|s| s["what"].as_str().unwrap().contains("workspace"))
+            .map(|s| {
+                (
+                    s["what"].as_str().unwrap().to_string(),
+                    s["requested_bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        (
+            p["torch_cublaslt_unified_workspace"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            p["cublaslt_workspace_bytes"].as_u64().unwrap(),
+            p["cublaslt_workspace_unified"].as_bool().unwrap(),
+            allocated,
+        )
+    };
+    let ws = |lt: Option<u64>| {
+        let mut v = vec![("cuBLAS workspace".to_string(), 524_288)];
+        v.extend(lt.map(|b| ("cuBLASLt workspace".to_string(), b)));
+        v
+    };
+    assert_eq!(
+        states(&[]),
+        ("unset".into(), 524_288, false, ws(Some(524_288)))
+    );
+    for unified in [
+        &["--cublaslt-unified-workspace"][..],
+        &["--cublaslt-unified-workspace=1"],
+    ] {
+        assert_eq!(states(unified), ("1".into(), 524_288, true, ws(None)));
+    }
+    assert_eq!(
+        states(&["--cublaslt-unified-workspace=0"]),
+        ("0".into(), 1_048_576, false, ws(Some(1_048_576)))
+    );
+    plan(&[
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--cublaslt-unified-workspace=true",
+    ])
+    .code(2)
+    .stderr(predicate::str::contains(
+        "`true` is not a TORCH_CUBLASLT_UNIFIED_WORKSPACE value",
+    ));
     // The CPU reference has none, and its plan is its run's sequence.
     let cpu = plan_json(&["--device", "cpu"]);
     assert_eq!(
@@ -455,6 +527,88 @@ fn the_plan_prints_a_readable_table() {
             "cold_forward    0  allocate cuBLAS workspace      32.00 MiB   32.00 MiB large   32.00 MiB",
         ))
         .stdout(predicate::str::contains("peak reserved: 34.00 MiB (35651584 bytes)"));
+}
+
+/// torch 2.11 keeps a Linear with a dimension of 1 off the cuBLASLt path (Blas.cpp
+/// `isInputCompliesAddmmCudaLt`): with batch x context = 1 the plan allocates the cuBLAS
+/// workspace but no cuBLASLt workspace, and says which path each Linear takes.
+#[test]
+fn a_one_row_plan_takes_cublas_gemm_and_allocates_no_cublaslt_workspace() {
+    let args = [
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--batch",
+        "1",
+        "--context",
+        "1",
+        "--width",
+        "64",
+    ];
+    let v = plan_json(&args);
+    let cold = &v["phases"][2]["memory"];
+    assert_eq!(v["phases"][2]["phase"], "cold_forward");
+    assert_eq!(cold["baseline_allocated_bytes"], 133_120);
+    // The weights and inputs, the cuBLAS workspace and linear2's 512-byte output; 1 MiB less
+    // than with a cuBLASLt workspace.
+    assert_eq!(cold["end_allocated_bytes"], 33_688_064);
+    assert_eq!(cold["end_reserved_bytes"], 35_651_584);
+    let names: Vec<&str> = v["allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["phase"] == "cold_forward" && s["action"] == "allocate")
+        .map(|s| s["what"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "linear1 output",
+            "cuBLAS workspace",
+            "gelu output",
+            "linear2 output"
+        ]
+    );
+    let p = &v["configuration"]["memory_policy"];
+    assert_eq!(
+        p["cublaslt_workspace_bytes"], 1_048_576,
+        "the size it would have"
+    );
+    let paths: Vec<(&str, &str)> = p["linear_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["layer"].as_str().unwrap(), l["path"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ("linear1", "bias_copy_then_cublas_gemm"),
+            ("linear2", "bias_copy_then_cublas_gemm")
+        ]
+    );
+    plan(&args)
+        .success()
+        .stdout(predicate::str::contains(
+            "cuBLAS 32.00 MiB, cuBLASLt 1.00 MiB not allocated (no Linear takes the cuBLASLt path)",
+        ))
+        .stdout(predicate::str::contains(
+            "linear1: bias copied into the output, then cublasGemmEx with beta = 1 (mat1 [1, 64] \
+             or mat2 [64, 256] has a dimension of 1",
+        ))
+        .stdout(predicate::str::contains("cuBLASLt workspace").not());
+    // Two rows: the cuBLASLt path and its workspace again (the 512-byte output block is the same).
+    let two_rows = [&args[..5], &["2", "--context", "1", "--width", "64"]].concat();
+    let two = plan_json(&two_rows);
+    assert_eq!(
+        two["phases"][2]["memory"]["end_allocated_bytes"],
+        33_688_064 + 1_048_576,
+        "the cuBLASLt workspace"
+    );
+    plan(&two_rows).success().stdout(predicate::str::contains(
+        "linear1: cublasLtMatmul with the bias epilogue\n",
+    ));
 }
 
 #[test]
@@ -517,55 +671,130 @@ fn gpu_plans_match_an_independent_model_of_pytorchs_allocator() {
     let model =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/torch_allocator_model.py");
     let dir = tempfile::tempdir().unwrap();
-    let compare = |plan_file: &Path| {
+    let compare_with = |plan_file: &Path, model_options: &[&str]| {
         std::process::Command::new("python3")
             .arg(&model)
             .arg("--compare")
             .arg(plan_file)
+            .args(model_options)
             .output()
             .expect("python3 must be installed to run the allocator model")
     };
-    for (b, c, w) in [(1, 16, 64), (2, 128, 1024), (8, 4096, 8192)] {
+    let compare = |plan_file: &Path| compare_with(plan_file, &[]);
+    let check = |(b, c, w): (usize, usize, usize), dtype: &str, knobs: &[&str], model: &[&str]| {
+        let shape = [
+            "--device".to_string(),
+            "cuda".into(),
+            "--compute-capability".into(),
+            "9.0".into(),
+            "--batch".into(),
+            b.to_string(),
+            "--context".into(),
+            c.to_string(),
+            "--width".into(),
+            w.to_string(),
+            "--dtype".into(),
+            dtype.into(),
+            "--warmup".into(),
+            "3".into(),
+            "--repeats".into(),
+            "2".into(),
+            "--json".into(),
+        ];
+        let args: Vec<&str> = shape
+            .iter()
+            .map(String::as_str)
+            .chain(knobs.iter().copied())
+            .collect();
+        let out = plan(&args).success().get_output().stdout.clone();
+        let file = dir
+            .path()
+            .join(format!("{b}-{c}-{w}-{dtype}{}.json", knobs.join("")));
+        std::fs::write(&file, &out).unwrap();
+        let result = compare_with(&file, model);
+        let text = String::from_utf8_lossy(&result.stdout);
+        assert!(
+            result.status.success() && text.ends_with("verdict: SAME\n"),
+            "{b}x{c}x{w} {dtype} {knobs:?}:\n{text}{}",
+            String::from_utf8_lossy(&result.stderr)
+        );
+        assert_eq!(
+            text.matches("  same").count(),
+            6 * 9 + 2,
+            "every counter of every row, and the path of both Linears"
+        );
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        v["configuration"]["memory_policy"]["linear_paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["path"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let (lt, gemm) = ("cublaslt_bias_epilogue", "bias_copy_then_cublas_gemm");
+    // The nine standard plans take the cuBLASLt path; batch x context = 1 and a width of 1 take
+    // torch's cublasGemmEx path.
+    for (shape, path) in [
+        ((1, 16, 64), lt),
+        ((2, 128, 1024), lt),
+        ((8, 4096, 8192), lt),
+        ((1, 1, 64), gemm),
+        ((2, 8, 1), gemm),
+    ] {
         for dtype in ["float32", "float16", "bfloat16"] {
-            let out = plan(&[
-                "--device",
-                "cuda",
-                "--compute-capability",
-                "9.0",
-                "--batch",
-                &b.to_string(),
-                "--context",
-                &c.to_string(),
-                "--width",
-                &w.to_string(),
-                "--dtype",
-                dtype,
-                "--warmup",
-                "3",
-                "--repeats",
-                "2",
-                "--json",
-            ])
-            .success()
-            .get_output()
-            .stdout
-            .clone();
-            let file = dir.path().join(format!("{b}-{c}-{w}-{dtype}.json"));
-            std::fs::write(&file, &out).unwrap();
-            let result = compare(&file);
-            let text = String::from_utf8_lossy(&result.stdout);
-            assert!(
-                result.status.success() && text.ends_with("verdict: SAME\n"),
-                "{b}x{c}x{w} {dtype}:\n{text}{}",
-                String::from_utf8_lossy(&result.stderr)
-            );
-            assert_eq!(
-                text.matches("  same").count(),
-                6 * 9,
-                "every counter of every row"
-            );
+            assert_eq!(check(shape, dtype, &[], &[]), [path, path], "{shape:?}");
         }
     }
+    // The workspace knobs, given to both: the capping rule in its three states, and no cuBLAS
+    // workspace at all.
+    for (knobs, model) in [
+        (
+            &["--cublas-workspace", "512KiB"][..],
+            &["--cublas-workspace", "512KiB"][..],
+        ),
+        (
+            &[
+                "--cublas-workspace",
+                "512KiB",
+                "--cublaslt-unified-workspace",
+            ],
+            &[
+                "--cublas-workspace",
+                "512KiB",
+                "--cublaslt-unified-workspace",
+            ],
+        ),
+        (
+            &[
+                "--cublas-workspace",
+                "512KiB",
+                "--cublaslt-unified-workspace=0",
+            ],
+            &[
+                "--cublas-workspace",
+                "512KiB",
+                "--cublaslt-unified-workspace=0",
+            ],
+        ),
+        (&["--cublas-workspace", "0"], &["--cublas-workspace", "0"]),
+    ] {
+        for shape in [(2, 128, 1024), (1, 1, 64)] {
+            check(shape, "float32", knobs, model);
+        }
+    }
+    // The model is not told what the plan was: the same plan under other knobs differs.
+    let file = dir.path().join("2-128-1024-float32.json");
+    let result = compare_with(&file, &["--cublaslt-unified-workspace=1"]);
+    assert_eq!(result.status.code(), Some(1));
+    let result = compare_with(&file, &["--disable-addmm-cuda-lt"]);
+    let text = String::from_utf8_lossy(&result.stdout);
+    assert_eq!(result.status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(
+            "linear1 path: plan cublaslt_bias_epilogue, model bias_copy_then_cublas_gemm  DIFFERENT"
+        ),
+        "{text}"
+    );
     // The comparison can fail: one wrong counter is named and makes it exit 1.
     let file = dir.path().join("2-128-1024-bfloat16.json");
     let mut v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
@@ -642,10 +871,89 @@ fn a_gpu_document_validates_and_records_its_memory_policy() {
         p["workspaces_from"],
         "torch 2.11 defaults for compute capability 9.0"
     );
+    let paths: Vec<&str> = p["linear_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["cublaslt_bias_epilogue", "cublaslt_bias_epilogue"]);
     assert!(
         String::from_utf8_lossy(&out.stdout).contains(
             "library workspaces (first product, kept): cuBLAS 32.00 MiB, cuBLASLt 1.00 MiB"
         )
+    );
+}
+
+/// One row on the stub GPU (whose cuBLAS computes): the Linears copy the bias and call
+/// cublasGemmEx, the check passes, the document says which path each took, and its counters are
+/// the plan's, without a cuBLASLt workspace.
+#[test]
+fn a_one_row_gpu_run_records_the_cublas_path_and_the_plans_counters() {
+    let libs = computing_stubs(&["COMPUTE"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = crate::stubs::iteragpu(libs.path())
+        .current_dir(dir.path())
+        .env_remove("STUB_LOG")
+        .args([
+            "measure",
+            "--device",
+            "cuda:0",
+            "--batch",
+            "1",
+            "--context",
+            "1",
+            "--width",
+            "64",
+            "--output",
+            "one.json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = read_doc(dir.path(), "one.json");
+    assert_valid(&doc);
+    assert_eq!(doc["check"]["passed"], true);
+    let p = &doc["configuration"]["memory_policy"];
+    for l in p["linear_paths"].as_array().unwrap() {
+        assert_eq!(l["path"], "bias_copy_then_cublas_gemm", "{l}");
+    }
+    assert_eq!(p["torch_cublaslt_unified_workspace"], "unset");
+    assert_eq!(p["disable_addmm_cuda_lt"], false);
+    let planned = plan_json(&[
+        "--device",
+        "cuda",
+        "--compute-capability",
+        "9.0",
+        "--batch",
+        "1",
+        "--context",
+        "1",
+        "--width",
+        "64",
+    ]);
+    for (r, q) in doc["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(planned["phases"].as_array().unwrap())
+    {
+        for k in [
+            "end_allocated_bytes",
+            "peak_allocated_bytes",
+            "end_reserved_bytes",
+        ] {
+            assert_eq!(r["memory"][k], q["memory"][k], "{k} of {}", r["phase"]);
+        }
+    }
+    assert_eq!(
+        doc["phases"][2]["memory"]["end_allocated_bytes"],
+        33_688_064
     );
 }
 

@@ -11,7 +11,10 @@
  *               r + c * ld, a layout of op(A) created cols x rows when TRANSA is T, and
  *               CUBLASLT_EPILOGUE_BIAS adding bias[r] (one value per row of D) to every column
  *   NO_ALGO     the heuristic returns no algorithm
- * With RECORD (cuBLAS):
+ * With RECORD (cuBLAS), cublasGemmEx records every argument (alpha and beta read as floats) and:
+ *   COMPUTE          computes C = alpha op(A) op(B) + beta C on host memory, as cuBLAS documents it
+ *                    (column-major, element (r, c) at r + c * ld, op(A) read transposed for
+ *                    CUBLAS_OP_T), for float32, float16 and bfloat16
  *   DESTROY_FAILS    cublasDestroy_v2 returns CUBLAS_STATUS_INTERNAL_ERROR (a failing teardown)
  *   DESTROY_CRASHES  cublasDestroy_v2 aborts the process (a teardown that crashes)
  */
@@ -32,6 +35,39 @@ static void say(const char *fmt, ...) {
 }
 
 #define FAILS(name) int name(void) { return 13; }
+
+#ifdef COMPUTE
+/* Elements of cudaDataType 0 (CUDA_R_32F), 2 (CUDA_R_16F) and 14 (CUDA_R_16BF), as float. */
+static float load(int type, const void *p, unsigned long long i) {
+    unsigned short h;
+    unsigned int u;
+    float f;
+    switch (type) {
+    case 0: return ((const float *)p)[i];
+    case 2: return (float)((const _Float16 *)p)[i];
+    case 14:
+        h = ((const unsigned short *)p)[i];
+        u = (unsigned int)h << 16;
+        memcpy(&f, &u, 4);
+        return f;
+    default: abort();
+    }
+}
+static void store(int type, void *p, unsigned long long i, float v) {
+    unsigned int u;
+    switch (type) {
+    case 0: ((float *)p)[i] = v; return;
+    case 2: ((_Float16 *)p)[i] = (_Float16)v; return;
+    case 14:
+        memcpy(&u, &v, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fff0000u;
+        else u += 0x7fffu + ((u >> 16) & 1u);
+        ((unsigned short *)p)[i] = (unsigned short)(u >> 16);
+        return;
+    default: abort();
+    }
+}
+#endif
 
 #ifdef LT
 int cublasLtGetProperty(int type, int *value) {
@@ -133,35 +169,6 @@ int cublasLtMatmulAlgoGetHeuristic(void *h, struct desc *d, struct layout *a, st
 }
 
 #ifdef COMPUTE
-static float load(int type, const void *p, unsigned long long i) {
-    unsigned short h;
-    unsigned int u;
-    float f;
-    switch (type) {
-    case 0: return ((const float *)p)[i];
-    case 2: return (float)((const _Float16 *)p)[i];
-    case 14:
-        h = ((const unsigned short *)p)[i];
-        u = (unsigned int)h << 16;
-        memcpy(&f, &u, 4);
-        return f;
-    default: abort();
-    }
-}
-static void store(int type, void *p, unsigned long long i, float v) {
-    unsigned int u;
-    switch (type) {
-    case 0: ((float *)p)[i] = v; return;
-    case 2: ((_Float16 *)p)[i] = (_Float16)v; return;
-    case 14:
-        memcpy(&u, &v, 4);
-        if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fff0000u;
-        else u += 0x7fffu + ((u >> 16) & 1u);
-        ((unsigned short *)p)[i] = (unsigned short)(u >> 16);
-        return;
-    default: abort();
-    }
-}
 static void compute(struct desc *d, float alpha, const void *A, struct layout *a, const void *B,
                     struct layout *b, float beta, const void *C, struct layout *c, void *D,
                     struct layout *dd) {
@@ -243,11 +250,40 @@ int cublasSetMathMode(void *h, int mode) {
     say("cublas_set_math_mode handle=%lx mode=%d\n", (unsigned long)h, mode);
     return 0;
 }
+int cublasGemmEx(void *h, int transa, int transb, int m, int n, int k, const float *alpha,
+                 const void *A, int atype, int lda, const void *B, int btype, int ldb,
+                 const float *beta, void *C, int ctype, int ldc, int compute, int algo) {
+    say("gemm_ex handle=%lx transa=%d transb=%d m=%d n=%d k=%d alpha=%g a=%lu atype=%d lda=%d "
+        "b=%lu btype=%d ldb=%d beta=%g c=%lu ctype=%d ldc=%d compute=%d algo=%d\n",
+        (unsigned long)h, transa, transb, m, n, k, *alpha, (unsigned long)A, atype, lda,
+        (unsigned long)B, btype, ldb, *beta, (unsigned long)C, ctype, ldc, compute, algo);
+#ifdef COMPUTE
+    {
+        long long i, j, p;
+        for (j = 0; j < n; j++) {
+            for (i = 0; i < m; i++) {
+                double acc = 0;
+                float v;
+                for (p = 0; p < k; p++) {
+                    float x = transa ? load(atype, A, p + i * lda) : load(atype, A, i + p * lda);
+                    float y = transb ? load(btype, B, j + p * ldb) : load(btype, B, p + j * ldb);
+                    acc += (double)x * (double)y;
+                }
+                v = *alpha * (float)acc;
+                if (*beta != 0.0f) v += *beta * load(ctype, C, i + j * ldc);
+                store(ctype, C, i + j * ldc, v);
+            }
+        }
+    }
+#endif
+    return 0;
+}
 #else
 FAILS(cublasCreate_v2)
 FAILS(cublasDestroy_v2)
 FAILS(cublasSetStream_v2)
 FAILS(cublasSetWorkspace_v2)
 FAILS(cublasSetMathMode)
+FAILS(cublasGemmEx)
 #endif
 #endif

@@ -14,8 +14,9 @@
  *                   parameter values), frees and the context release are appended to the file
  *                   named by $STUB_LOG, so a test can check every argument the device passes
  *   EXECUTE         (with HOSTMEM) launches run the kernels on the host, as kernels/lab.cu defines
- *                   them (seeded inputs, exact GELU in float32, for the three dtypes), so a whole
- *                   measurement runs and its numerical check means something
+ *                   them (seeded inputs, exact GELU in float32, for the three dtypes; the bias
+ *                   broadcast for 4- and 2-byte elements), so a whole measurement runs and its
+ *                   numerical check means something
  *
  * Several GPUs, chosen at run time by environment variables so that each test picks its scenario
  * (lists are comma-separated, one item per physical device; a shorter list repeats its last item):
@@ -238,7 +239,7 @@ int cuModuleGetFunction(const char **out, void *module, const char *name) {
 }
 #ifdef EXECUTE
 #include <math.h>
-/* kernels/lab.cu's inputs and GELU, one thread at a time. */
+/* kernels/lab.cu's inputs, GELU and bias broadcast, one thread at a time. */
 static unsigned long long mix64(unsigned long long z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
@@ -273,6 +274,16 @@ static void execute(const char *f, unsigned long long *a) {
             else if (strcmp(f, "inputs_f16") == 0) ((_Float16 *)a[0])[i] = (_Float16)v;
             else ((unsigned short *)a[0])[i] = to_bf16(v);
         }
+    } else if (strncmp(f, "bias_rows_", 10) == 0) {
+        /* bias_rows_b{32,16}(bias, out, n, cols): out[i] = bias[i % cols]. */
+        unsigned long long cols = a[3];
+        n = a[2];
+        for (i = 0; i < n; i++) {
+            if (strcmp(f, "bias_rows_b32") == 0)
+                ((unsigned int *)a[1])[i] = ((const unsigned int *)a[0])[i % cols];
+            else
+                ((unsigned short *)a[1])[i] = ((const unsigned short *)a[0])[i % cols];
+        }
     } else if (strncmp(f, "gelu_", 5) == 0) {
         n = a[2];
         for (i = 0; i < n; i++) {
@@ -288,10 +299,10 @@ static void execute(const char *f, unsigned long long *a) {
 #endif
 int cuLaunchKernel(const char *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                    unsigned bz, unsigned smem, void *stream, void **params, void **extra) {
-    unsigned long long a[3];
+    unsigned long long a[4];
     char args[128] = "";
-    int i;
-    for (i = 0; i < 3; i++) {
+    int i, count = strncmp(f, "bias_rows_", 10) == 0 ? 4 : 3;
+    for (i = 0; i < count; i++) {
         a[i] = *(unsigned long long *)params[i];
         snprintf(args + strlen(args), sizeof args - strlen(args), "%s%llu", i ? "," : "", a[i]);
     }

@@ -186,9 +186,17 @@ impl Plan {
         [(h, w), (1, h), (w, h), (1, w)]
     }
 
-    /// The `configuration` section of the document.
+    /// The model's Linears as `(name, rows, in_features, out_features)`, in order.
+    pub fn linears(&self) -> [(&'static str, usize, usize, usize); 2] {
+        let (w, h) = (self.options.width, self.hidden);
+        [("linear1", self.rows, w, h), ("linear2", self.rows, h, w)]
+    }
+
+    /// The `configuration` section of the document; `memory_policy` gets the path each Linear
+    /// takes ([`MemoryPolicy::with_linear_paths`]).
     pub fn configuration(&self, math_mode: &str, memory_policy: MemoryPolicy) -> Configuration {
         let o = &self.options;
+        let memory_policy = memory_policy.with_linear_paths(&self.linears(), o.dtype);
         Configuration {
             device: o.device.clone(),
             batch: o.batch,

@@ -12,7 +12,7 @@ use crate::measure::config::Plan;
 use crate::measure::document::{Configuration, Phase, PhaseRow, Preflight, SyntheticModel};
 use crate::measure::runner::{self, Mode, RunInfo, Silent};
 use crate::tool::ToolInfo;
-use crate::workspaces::MemoryPolicy;
+use crate::workspaces::{AddmmPath, MemoryPolicy};
 
 /// One step of the planned allocation sequence, with the phase it happens in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -237,7 +237,12 @@ impl SegmentSource for Unbounded {
 struct PlanDevice {
     tensors: TensorPool<Unbounded>,
     policy: MemoryPolicy,
-    workspaces: Option<Vec<Block>>,
+    /// The library workspaces allocated so far (kept for the run, as the devices keep them).
+    workspaces: Vec<Block>,
+    /// Whether a product went through the cuBLAS handle (its workspace is allocated).
+    handle_ready: bool,
+    /// Whether a product took the cuBLASLt path (its workspace is allocated, when separate).
+    lt_ready: bool,
     /// Where each phase (or the time between phases) starts in the pool's trace.
     marks: Vec<(usize, Option<Phase>, usize)>,
 }
@@ -249,7 +254,9 @@ impl PlanDevice {
         PlanDevice {
             tensors,
             policy,
-            workspaces: None,
+            workspaces: Vec::new(),
+            handle_ready: false,
+            lt_ready: false,
             marks: Vec::new(),
         }
     }
@@ -342,20 +349,33 @@ impl Device for PlanDevice {
 
     fn linear(
         &mut self,
-        _x: &Tensor,
-        _w: &Tensor,
+        x: &Tensor,
+        w: &Tensor,
         _b: &Tensor,
         _out: &Tensor,
         _tf32: bool,
     ) -> Result<(), DeviceError> {
-        // The first product creates the library handle and its workspaces after the output
-        // exists, in PyTorch's order (see crate::workspaces).
-        if self.workspaces.is_none() {
-            let mut blocks = Vec::new();
-            for (what, bytes) in self.policy.workspaces().allocations() {
-                blocks.push(self.tensors.allocate_bytes(bytes, what)?);
+        // After the output exists, in PyTorch's order (see crate::workspaces): the first product
+        // through the handle allocates the cuBLAS workspace, whichever path it takes; the first
+        // one on the cuBLASLt path then allocates the cuBLASLt workspace (when separate). A
+        // device without cuBLAS has neither.
+        let Some(path) = self.policy.linear_path(x.rows, x.cols, w.rows, x.dtype) else {
+            return Ok(());
+        };
+        let w = self.policy.workspaces();
+        if !self.handle_ready {
+            if let Some((what, bytes)) = w.handle_allocation() {
+                let block = self.tensors.allocate_bytes(bytes, what)?;
+                self.workspaces.push(block);
             }
-            self.workspaces = Some(blocks);
+            self.handle_ready = true;
+        }
+        if path == AddmmPath::CublasLt && !self.lt_ready {
+            if let Some((what, bytes)) = w.lt_allocation() {
+                let block = self.tensors.allocate_bytes(bytes, what)?;
+                self.workspaces.push(block);
+            }
+            self.lt_ready = true;
         }
         Ok(())
     }
