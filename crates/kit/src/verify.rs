@@ -332,7 +332,7 @@ fn extracted_key(name: &str) -> String {
 pub fn verify(path: &Path) -> Result<Report, VerifyError> {
     let meta = std::fs::metadata(path).map_err(|e| VerifyError::Open {
         path: path.to_path_buf(),
-        reason: lab::files::os_message(&e),
+        reason: lab_io::files::os_message(&e),
     })?;
     if meta.is_dir() {
         Ok(verify_folder(path))
@@ -527,7 +527,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
     let open = || {
         File::open(path).map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })
     };
     // The layout first, by this tool's own reading: bounded, and before the zip library reads
@@ -537,7 +537,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         .metadata()
         .map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })?
         .len();
     let layout = crate::structure::layout(&mut raw, len).map_err(|reason| VerifyError::NotZip {

@@ -2,7 +2,7 @@
 //! tool, only added to.
 //!
 //! **All or nothing.** A row is added by rewriting the whole grid to a temporary file in the same
-//! folder, flushing it, and renaming it over the grid ([`lab::files::replace`]): a reader, a
+//! folder, flushing it, and renaming it over the grid ([`lab_io::files::replace`]): a reader, a
 //! kill or a full disk at any moment leaves the old grid or the new one, never half a row.
 //!
 //! **One writer at a time.** Writers take an exclusive OS lock (`File::lock`, advisory, honoured
@@ -22,7 +22,7 @@ use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::str::FromStr;
 
-use lab::files::{self, OutputError, Written};
+use lab_io::files::{self, OutputError, Written};
 use serde::Serialize;
 
 use crate::error::LedgerError;
@@ -188,13 +188,13 @@ fn text_cell(column: &str, value: &str, may_be_empty: bool) -> Result<(), String
     if value.is_empty() && !may_be_empty {
         return Err(format!("{column} is empty"));
     }
-    if value.chars().any(lab::text::is_unsafe_char) {
+    if value.chars().any(lab_io::text::is_unsafe_char) {
         return Err(format!(
             "{column} {:?} holds a control character",
-            lab::text::printable(value)
+            lab_io::text::printable(value)
         ));
     }
-    if lab::text::starts_like_formula(value) {
+    if lab_io::text::starts_like_formula(value) {
         return Err(format!(
             "{column} {value:?} starts like a spreadsheet formula (this tool writes such a cell \
              with a leading ')"
@@ -687,16 +687,16 @@ fn append_within(
                 }
             }
             Err(e) => {
-                return Err(LedgerError::Input(lab::files::InputError::Io {
+                return Err(LedgerError::Input(lab_io::files::InputError::Io {
                     path: path.to_path_buf(),
-                    reason: lab::files::os_message(&e),
+                    reason: lab_io::files::os_message(&e),
                     kind: e.kind(),
                 }));
             }
         };
         file.lock().map_err(|e| OutputError::Io {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })?;
         if !still_at(&file, path) {
             // Replaced by the writer we waited for: lock the new grid instead.
@@ -704,7 +704,7 @@ fn append_within(
         }
         let reader = file.try_clone().map_err(|e| OutputError::Io {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })?;
         let bytes = files::read_bounded_from(reader, path, limit, "a results grid")?;
         let grid = parse(path, &bytes)?;

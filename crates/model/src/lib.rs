@@ -2,6 +2,8 @@
 //! from the safetensors headers (never the tensor data), or the count from `config.json` for the
 //! architectures whose formula is known, and the attention geometry that sizes the KV cache.
 //!
+//! Not here: the bytes and packages those facts lead to (`rent::memory`, `rent::fit`).
+//!
 //! ```no_run
 //! let model = model::inspect(std::path::Path::new("data/models/llama-3.1-8b"))?;
 //! println!("{} parameters", model.parameters);
