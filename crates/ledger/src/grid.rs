@@ -18,7 +18,7 @@
 //! rows against each other, and that the file ends with a line end: a torn row (a grid cut by an
 //! earlier version, or by hand) or a foreign line is reported by its line number, never counted.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::Path;
 use std::str::FromStr;
 
@@ -666,7 +666,7 @@ fn append_within(
         reason: format!("the new row is not valid: {reason}"),
     })?;
     loop {
-        let file = match OpenOptions::new().read(true).open(path) {
+        let file = match files::open_input(path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut bytes = header_line().into_bytes();
@@ -1013,7 +1013,7 @@ mod tests {
         let err = append_within(&path, &row(3), limit, no_conflict).unwrap_err();
         assert!(matches!(err, LedgerError::GridFull { .. }), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "the grid was changed");
-        let read_back = lab::files::read_bounded(&path, limit, "a results grid").unwrap();
+        let read_back = lab_io::files::read_bounded(&path, limit, "a results grid").unwrap();
         assert_eq!(parse(&path, &read_back).unwrap().rows.len(), 2);
     }
 

@@ -420,7 +420,7 @@ mod tests {
                 device_free_bytes: None,
             },
         };
-        let mut device = lab::cpu::CpuDevice::new(tool);
+        let mut device = lab_cpu::CpuDevice::new(tool);
         let doc = run(&mut device, &plan, info, Mode::Measure, &mut Silent);
         assert!(doc.complete && doc.check.as_ref().is_some_and(|c| c.passed));
         doc

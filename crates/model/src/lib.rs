@@ -380,7 +380,7 @@ fn read_bounded(
         file: name.to_string(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = lab_io::files::open_input(path).map_err(io)?;
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > limit {
