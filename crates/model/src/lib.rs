@@ -109,7 +109,9 @@ pub fn inspect(path: &Path) -> Result<Model, ModelError> {
     let shown = path.display().to_string();
     let (folder, config_path) = if path.is_dir() {
         (path.to_path_buf(), path.join("config.json"))
-    } else if path.is_file() {
+    } else if path.exists() {
+        // A file, or something else that the reads below refuse by what it is (a FIFO, a
+        // device), rather than "no such file".
         let folder = path
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
@@ -124,7 +126,9 @@ pub fn inspect(path: &Path) -> Result<Model, ModelError> {
         });
     };
     let config_name = config_path.display().to_string();
-    let config_text = if config_path.is_file() {
+    // `exists`, not `is_file`: a config.json that is a FIFO or a device is refused by the read
+    // with a sentence saying what it is, not taken for a missing file.
+    let config_text = if config_path.exists() {
         Some(read_bounded(
             &config_path,
             &config_name,

@@ -467,7 +467,7 @@ fn a_fifo_given_as_an_input_is_refused_at_once() {
     mkfifo(&d.join("kit.zip"));
     std::fs::create_dir(d.join("model")).unwrap();
     mkfifo(&d.join("model/config.json"));
-    let said = "it is a FIFO (named pipe), not a regular file";
+    let said = "is a FIFO (named pipe), not a regular file";
     let refusals: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
         (
             "report",
