@@ -1,5 +1,9 @@
 //! `iteragpu`: the command-line edge of IteraGPU Lab. Parsing, printing and exit codes live here;
-//! everything else is in the library crates.
+//! everything else is in the library crates, each command importing from the crate of its
+//! domain: `estimate`, `fit` and `price` from `rent` (and `model`); `measure`, `probe` and
+//! `environment` from `lab` with its devices `lab-cpu` and `lab-cuda`; `sweep` from `sweep`;
+//! `report` from `report`; `protocol`, `record` and `cost` from `ledger`; `kit` and `verify`
+//! from `kit`; the file rules of all of them from `lab-io`.
 
 mod child;
 mod cli;

@@ -1,6 +1,6 @@
 //! Writing to stdout and stderr: one JSON document for `--json`, text otherwise. Nothing that
 //! came from a file, a document or the command line reaches a terminal raw: control characters,
-//! escape sequences and bidirectional overrides go out as visible escapes ([`lab::text`]).
+//! escape sequences and bidirectional overrides go out as visible escapes ([`lab_io::text`]).
 
 use std::io::Write;
 
@@ -11,13 +11,13 @@ use std::io::Write;
 pub fn escape_json(json: &str) -> std::borrow::Cow<'_, str> {
     if !json
         .chars()
-        .any(|c| c != '\n' && lab::text::is_unsafe_char(c))
+        .any(|c| c != '\n' && lab_io::text::is_unsafe_char(c))
     {
         return std::borrow::Cow::Borrowed(json);
     }
     let mut out = String::with_capacity(json.len() + 16);
     for c in json.chars() {
-        if c != '\n' && lab::text::is_unsafe_char(c) {
+        if c != '\n' && lab_io::text::is_unsafe_char(c) {
             // Every such character is in the Basic Multilingual Plane: one \u escape.
             out.push_str(&format!("\\u{:04x}", u32::from(c)));
         } else {
@@ -41,14 +41,14 @@ pub fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
 /// escaped.
 pub fn print_text(text: &str) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(lab::text::printable_lines(text).as_bytes())?;
+    out.write_all(lab_io::text::printable_lines(text).as_bytes())?;
     out.flush()?;
     Ok(())
 }
 
 /// One line on stderr, escaped like [`print_text`].
 pub fn eprint_line(text: &str) {
-    eprintln!("{}", lab::text::printable_lines(text));
+    eprintln!("{}", lab_io::text::printable_lines(text));
 }
 
 /// A warning on stderr: something the user should know although the command succeeded.
@@ -68,7 +68,7 @@ mod tests {
         assert!(
             !escaped
                 .chars()
-                .any(|c| c != '\n' && lab::text::is_unsafe_char(c)),
+                .any(|c| c != '\n' && lab_io::text::is_unsafe_char(c)),
             "{escaped}"
         );
         let back: serde_json::Value = serde_json::from_str(&escaped).unwrap();

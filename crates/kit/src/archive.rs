@@ -118,9 +118,9 @@ pub fn build(options: &KitOptions) -> Result<Kit, KitError> {
 
 /// Writes `bytes` to `path`, which must not exist yet. The bytes go to a temporary file in the
 /// same folder first and are moved into place whole, so a failure never leaves half a kit.
-pub fn write_new(path: &Path, bytes: &[u8]) -> Result<lab::files::Written, KitError> {
-    lab::files::write_new(path, bytes).map_err(|e| match e {
-        lab::files::OutputError::Exists(p) => KitError::OutputExists(p),
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<lab_io::files::Written, KitError> {
+    lab_io::files::write_new(path, bytes).map_err(|e| match e {
+        lab_io::files::OutputError::Exists(p) => KitError::OutputExists(p),
         other => KitError::Write(other),
     })
 }

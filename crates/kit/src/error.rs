@@ -10,7 +10,7 @@ pub enum KitError {
     OutputExists(PathBuf),
     /// Writing the output failed.
     #[error(transparent)]
-    Write(lab::files::OutputError),
+    Write(lab_io::files::OutputError),
     /// The zip library refused an entry (it should not: names and sizes are ours).
     #[error("cannot build the zip archive")]
     Zip(#[from] zip::result::ZipError),

@@ -15,6 +15,9 @@
 //! byte may lie before, between or after the entries; names that are one file once extracted
 //! (`a/./b`, `a//b` or `a\b` beside `a/b`, or names that differ only in case or Unicode
 //! normalisation) are refused.
+//!
+//! Not here: the files it embeds (`data/`, `docs/`, `notebooks/`, `scripts/`), the file rules
+//! (`lab-io`), building the portable binaries it can carry (`scripts/release.sh`).
 #![forbid(unsafe_code)]
 
 pub mod archive;

@@ -44,7 +44,7 @@ pub struct Entry {
 
 impl Entry {
     fn shown(&self) -> String {
-        lab::text::printable(&String::from_utf8_lossy(&self.name)).into_owned()
+        lab_io::text::printable(&String::from_utf8_lossy(&self.name)).into_owned()
     }
 }
 
@@ -198,7 +198,7 @@ pub fn layout(file: &mut (impl Read + Seek), len: u64) -> Result<Layout, String>
         return Err(format!(
             "its central directory is {} bytes; at most {} are read",
             end.central_size,
-            lab::files::human_bytes(CENTRAL_LIMIT)
+            lab_io::files::human_bytes(CENTRAL_LIMIT)
         ));
     }
     let central_stop = end.central_offset.saturating_add(end.central_size);
@@ -300,7 +300,7 @@ pub fn layout(file: &mut (impl Read + Seek), len: u64) -> Result<Layout, String>
             out.problems.push(format!(
                 "the local header of {shown} names it {}: a tool that extracts by local headers \
                  would write another file",
-                lab::text::printable(&String::from_utf8_lossy(local_name))
+                lab_io::text::printable(&String::from_utf8_lossy(local_name))
             ));
         }
         let flags = u16_at(&head, 6);

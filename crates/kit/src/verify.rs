@@ -6,7 +6,6 @@
 //! and *valid* (every member has the listed size and, sizes first, the listed SHA-256).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fs::File;
 use std::io::{BufReader, Read};
 use std::path::{Path, PathBuf};
 
@@ -332,7 +331,7 @@ fn extracted_key(name: &str) -> String {
 pub fn verify(path: &Path) -> Result<Report, VerifyError> {
     let meta = std::fs::metadata(path).map_err(|e| VerifyError::Open {
         path: path.to_path_buf(),
-        reason: lab::files::os_message(&e),
+        reason: lab_io::files::os_message(&e),
     })?;
     if meta.is_dir() {
         Ok(verify_folder(path))
@@ -525,9 +524,9 @@ fn collisions(names: impl IntoIterator<Item = String>, report: &mut Report) {
 
 fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
     let open = || {
-        File::open(path).map_err(|e| VerifyError::Open {
+        lab_io::files::open_input(path).map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })
     };
     // The layout first, by this tool's own reading: bounded, and before the zip library reads
@@ -537,7 +536,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         .metadata()
         .map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })?
         .len();
     let layout = crate::structure::layout(&mut raw, len).map_err(|reason| VerifyError::NotZip {
@@ -745,7 +744,7 @@ fn verify_folder(path: &Path) -> Report {
         Some(Found {
             at: Location::Disk(p),
             ..
-        }) => match File::open(p).and_then(|f| {
+        }) => match lab_io::files::open_input(p).and_then(|f| {
             let mut bytes = Vec::new();
             f.take(MANIFEST_LIMIT)
                 .read_to_end(&mut bytes)
@@ -773,7 +772,7 @@ fn verify_folder(path: &Path) -> Report {
         &mut report,
         |at, sink| match at {
             Location::Disk(p) => {
-                let mut file = File::open(p)?;
+                let mut file = lab_io::files::open_input(p)?;
                 std::io::copy(&mut file, sink).map(|_| ())
             }
             Location::Zip(_) => Err(std::io::Error::other("not a file on disk")),
@@ -944,7 +943,7 @@ mod tests {
         let (_, manifest) = Manifest::for_content(crate::ROOT, tool, &listed).unwrap();
         content.push((MANIFEST_NAME.to_string(), manifest.into_bytes()));
         let path = dir.join("repacked.zip");
-        let mut zip = zip::ZipWriter::new(File::create(&path).unwrap());
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
         for (rel, bytes) in &content {
             zip.start_file(
                 format!("{}/{rel}", crate::ROOT),

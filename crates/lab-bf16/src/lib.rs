@@ -17,6 +17,9 @@
 //! Only this crate of the CPU device uses `unsafe` (the intrinsics, and the raw pointers the
 //! kernel walks); each block says why it is sound. A [`Bf16Dot`] exists only where the CPU has
 //! the instructions, so the safe functions cannot reach them elsewhere.
+//!
+//! Beside `lab-cpu`, whose bfloat16 Linears call it. Not here: the device itself, its other
+//! dtypes and its memory (`lab-cpu`).
 
 use std::collections::TryReserveError;
 

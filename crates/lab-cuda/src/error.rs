@@ -147,7 +147,7 @@ pub enum CudaError {
     ImplausibleDeviceCount {
         /// What cuDeviceGetCount said.
         count: i64,
-        /// [`crate::driver::MAX_DEVICES`].
+        /// The bound, `MAX_DEVICES` in the driver module.
         max: usize,
     },
     /// A driver call failed at run time.

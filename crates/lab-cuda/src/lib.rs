@@ -5,6 +5,10 @@
 //! needed to build), and every way of not having a usable GPU — no driver, the toolkit's stub,
 //! no device, a wrong ordinal, an old driver, no cuBLAS — is an error value with a sentence a
 //! user can act on, never a panic.
+//!
+//! A peer of `lab-cpu` over the measurement core's `Device` seam (`lab::device`). Not here: the
+//! runner, the allocator model, the workspaces' rules and the documents (`lab`), the datasheet
+//! a probe is judged against (`rent::datasheet`).
 
 #[cfg(test)]
 mod bias_kernel_on_host;

@@ -13,11 +13,11 @@
 use std::ffi::c_void;
 
 use cudarc::driver::sys::{CUcontext, CUevent, CUstream};
-use lab::datasheet::{Datasheet, DatasheetRow, GemmKind};
 use lab::lot::{GpuFacts, PeerAccess};
 use lab::probe::timing::{Clock, Monotonic, SamplePlan, sample, slice};
 use lab::probe::{CopyFigure, CopyKind, DeviceProbe, FigureStatus, GemmFigure, PcieLinkState};
 use lab::tool::ToolInfo;
+use rent::datasheet::{Datasheet, DatasheetRow, GemmKind};
 
 use crate::blas::{Blas, Handle};
 use crate::blaslt::{
@@ -632,7 +632,7 @@ fn copy_figures(
     };
     // Every page written before timing, so no copy pays for page faults.
     pinned.bytes_mut().fill(0xa5);
-    let Some(mut pageable) = lab::cpu::filled_buffer(len, 0x5a) else {
+    let Some(mut pageable) = lab::host::filled_buffer(len, 0x5a) else {
         skip_all(
             copies,
             FigureStatus::Skipped,

@@ -1,29 +1,24 @@
-//! Pure logic of IteraGPU Lab.
+//! The measurement core of IteraGPU Lab.
 //!
-//! Everything here runs, and is tested, on a machine without a GPU: the weight estimate, the
-//! tariff catalogue and package prices, the caching-allocator policy that mirrors PyTorch's
-//! counters, the measurement document and the phase runner written against the [`device::Device`]
-//! trait, and the CPU reference device. The CUDA device lives in the `lab-cuda` crate and only
-//! supplies segments, kernels and a BLAS behind the same trait.
+//! Everything here runs, and is tested, on a machine without a GPU: the [`device::Device`] seam
+//! every device implements, the caching-allocator model that mirrors PyTorch's counters
+//! ([`alloc`]) and the library workspaces ([`workspaces`]), the phase runner, pre-flight,
+//! numerical check and document ([`measure`]), the probe's document and judge ([`probe`]), the
+//! lot checks ([`lot`]), statistics, and the host's memory facts ([`host`]).
+//!
+//! Not here: the devices themselves, each a peer crate over the seam (`lab-cpu`, the CPU
+//! reference device; `lab-cuda`, NVIDIA GPUs); the renting decisions (catalogue, prices, `fit`,
+//! the datasheet, estimates: `rent`); the file rules every command shares (`lab-io`).
 #![forbid(unsafe_code)]
 
 pub mod alloc;
-pub mod catalogue;
-pub mod cpu;
-pub mod datasheet;
 pub mod device;
 pub mod dtype;
 pub mod environment;
-pub mod estimate;
-pub mod files;
-pub mod fit;
+pub mod host;
 pub mod lot;
 pub mod measure;
-pub mod memory;
-pub mod price;
 pub mod probe;
 pub mod stats;
-pub mod text;
 pub mod tool;
-pub mod units;
 pub mod workspaces;

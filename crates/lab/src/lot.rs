@@ -11,9 +11,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::datasheet::{Datasheet, pcie_gb_s};
 use crate::environment::Environment;
 use crate::tool::ToolInfo;
+use rent::datasheet::{Datasheet, pcie_gb_s};
 
 /// Schema identifier of `environment --device all --json` documents.
 pub const LOT_SCHEMA: &str = "iteragpu.lot/1";

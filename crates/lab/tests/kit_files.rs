@@ -38,13 +38,13 @@ fn protocol_documents_every_grid_column() {
 fn shipped_catalogue_is_the_embedded_one() {
     assert_eq!(
         repo_file("data/tarifs-forfaits.csv"),
-        lab::catalogue::EMBEDDED_CSV
+        rent::catalogue::EMBEDDED_CSV
     );
-    let c = lab::catalogue::Catalogue::from_path(
+    let c = rent::catalogue::Catalogue::from_path(
         &PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../data/tarifs-forfaits.csv"),
     )
     .unwrap();
-    assert_eq!(c.rows(), lab::catalogue::Catalogue::embedded().rows());
+    assert_eq!(c.rows(), rent::catalogue::Catalogue::embedded().rows());
 }
 
 #[test]

@@ -1,7 +1,7 @@
 //! `cost`: what one accepted useful unit cost, per rental and for all rentals together, from the
 //! results grid and the tariff catalogue.
 //!
-//! The money rules are the original kit's, through [`lab::price`]: a rental costs its *whole*
+//! The money rules are the original kit's, through [`rent::price`]: a rental costs its *whole*
 //! package price (lot price x lots), divided by the distinct accepted units, an exact decimal
 //! rounded once, half to even, to 1/10000 of a cent. What counts as accepted units:
 //!
@@ -18,8 +18,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use lab::catalogue::Catalogue;
-use lab::price::{quote, unit_price_cents};
+use rent::catalogue::Catalogue;
+use rent::price::{quote, unit_price_cents};
 use rust_decimal::Decimal;
 use serde::Serialize;
 

@@ -113,7 +113,7 @@ mod tests {
 
     #[test]
     fn cpu_reference() {
-        let id = identify(&lab::cpu::environment(ToolInfo::new(None)));
+        let id = identify(&lab_cpu::environment(ToolInfo::new(None)));
         assert_eq!(id.uuid, CPU_REFERENCE);
         assert_eq!(id.driver, "none");
         let id = identify(&env("cpu-reference", true, json!({"cpu_model": null})));
@@ -131,7 +131,7 @@ mod tests {
     /// The names drivers report for the catalogue's GPUs, against the slugs.
     #[test]
     fn driver_names_match_their_catalogue_slugs_and_no_other() {
-        let catalogue = lab::catalogue::Catalogue::embedded();
+        let catalogue = rent::catalogue::Catalogue::embedded();
         let name_of = |slug: &str| catalogue.find(slug, 7).unwrap().model.clone();
         let cases = [
             ("NVIDIA H200", "h200"),
@@ -167,7 +167,7 @@ mod tests {
             "mi300x",
             "AMD Instinct MI300X"
         ));
-        let cpu = identify(&lab::cpu::environment(ToolInfo::new(None)));
+        let cpu = identify(&lab_cpu::environment(ToolInfo::new(None)));
         assert!(!is_package_gpu(&cpu, "h200", "NVIDIA H200"));
         assert!(!is_package_gpu(&gpu(UNKNOWN), "h200", "NVIDIA H200"));
     }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use lab::files::{InputError, OutputError};
+use lab_io::files::{InputError, OutputError};
 
 /// A ledger operation that failed or was refused.
 #[derive(Debug, thiserror::Error)]

@@ -2,7 +2,7 @@
 //! tool, only added to.
 //!
 //! **All or nothing.** A row is added by rewriting the whole grid to a temporary file in the same
-//! folder, flushing it, and renaming it over the grid ([`lab::files::replace`]): a reader, a
+//! folder, flushing it, and renaming it over the grid ([`lab_io::files::replace`]): a reader, a
 //! kill or a full disk at any moment leaves the old grid or the new one, never half a row.
 //!
 //! **One writer at a time.** Writers take an exclusive OS lock (`File::lock`, advisory, honoured
@@ -18,11 +18,11 @@
 //! rows against each other, and that the file ends with a line end: a torn row (a grid cut by an
 //! earlier version, or by hand) or a foreign line is reported by its line number, never counted.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::Path;
 use std::str::FromStr;
 
-use lab::files::{self, OutputError, Written};
+use lab_io::files::{self, OutputError, Written};
 use serde::Serialize;
 
 use crate::error::LedgerError;
@@ -188,13 +188,13 @@ fn text_cell(column: &str, value: &str, may_be_empty: bool) -> Result<(), String
     if value.is_empty() && !may_be_empty {
         return Err(format!("{column} is empty"));
     }
-    if value.chars().any(lab::text::is_unsafe_char) {
+    if value.chars().any(lab_io::text::is_unsafe_char) {
         return Err(format!(
             "{column} {:?} holds a control character",
-            lab::text::printable(value)
+            lab_io::text::printable(value)
         ));
     }
-    if lab::text::starts_like_formula(value) {
+    if lab_io::text::starts_like_formula(value) {
         return Err(format!(
             "{column} {value:?} starts like a spreadsheet formula (this tool writes such a cell \
              with a leading ')"
@@ -666,7 +666,7 @@ fn append_within(
         reason: format!("the new row is not valid: {reason}"),
     })?;
     loop {
-        let file = match OpenOptions::new().read(true).open(path) {
+        let file = match files::open_input(path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let mut bytes = header_line().into_bytes();
@@ -687,16 +687,16 @@ fn append_within(
                 }
             }
             Err(e) => {
-                return Err(LedgerError::Input(lab::files::InputError::Io {
+                return Err(LedgerError::Input(lab_io::files::InputError::Io {
                     path: path.to_path_buf(),
-                    reason: lab::files::os_message(&e),
+                    reason: lab_io::files::os_message(&e),
                     kind: e.kind(),
                 }));
             }
         };
         file.lock().map_err(|e| OutputError::Io {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })?;
         if !still_at(&file, path) {
             // Replaced by the writer we waited for: lock the new grid instead.
@@ -704,7 +704,7 @@ fn append_within(
         }
         let reader = file.try_clone().map_err(|e| OutputError::Io {
             path: path.to_path_buf(),
-            reason: lab::files::os_message(&e),
+            reason: lab_io::files::os_message(&e),
         })?;
         let bytes = files::read_bounded_from(reader, path, limit, "a results grid")?;
         let grid = parse(path, &bytes)?;
@@ -1013,7 +1013,7 @@ mod tests {
         let err = append_within(&path, &row(3), limit, no_conflict).unwrap_err();
         assert!(matches!(err, LedgerError::GridFull { .. }), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "the grid was changed");
-        let read_back = lab::files::read_bounded(&path, limit, "a results grid").unwrap();
+        let read_back = lab_io::files::read_bounded(&path, limit, "a results grid").unwrap();
         assert_eq!(parse(&path, &read_back).unwrap().rows.len(), 2);
     }
 

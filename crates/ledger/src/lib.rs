@@ -14,6 +14,9 @@
 //!   distinct units, exact decimals) and the protocol's rule for repeated runs.
 //! - [`device`]: reads the device's model, UUID and driver out of a measurement's environment,
 //!   and tells whether it is the package's GPU.
+//!
+//! Not here: the package prices it divides (`rent::price`, from `rent::catalogue`), the
+//! measurement documents it links to (`lab::measure`), the file rules (`lab-io`).
 #![forbid(unsafe_code)]
 
 pub mod cost;

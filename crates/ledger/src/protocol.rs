@@ -21,7 +21,7 @@
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use lab::files::{self, OutputError};
+use lab_io::files::{self, OutputError};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
@@ -302,7 +302,7 @@ impl Protocol {
         if let Some((field, value)) = self
             .fields()
             .into_iter()
-            .find(|(_, v)| v.chars().any(lab::text::is_unsafe_char))
+            .find(|(_, v)| v.chars().any(lab_io::text::is_unsafe_char))
         {
             return Err(LedgerError::BadField {
                 field: field.into(),
@@ -387,7 +387,7 @@ pub fn template(today: &str) -> String {
 }
 
 /// Writes a fresh protocol to fill in, whole or not at all; never overwrites.
-pub fn init(path: &Path, now: SystemTime) -> Result<lab::files::Written, LedgerError> {
+pub fn init(path: &Path, now: SystemTime) -> Result<lab_io::files::Written, LedgerError> {
     files::write_new(path, template(&crate::time::utc_date(now)).as_bytes()).map_err(|e| match e {
         OutputError::Exists(p) => LedgerError::ProtocolExists(p),
         other => other.into(),
@@ -432,7 +432,7 @@ pub fn lock(
     path: &Path,
     now: SystemTime,
     tool_version: &str,
-) -> Result<(Lock, lab::files::Written), LedgerError> {
+) -> Result<(Lock, lab_io::files::Written), LedgerError> {
     let bytes = read_protocol(path)?;
     let text = std::str::from_utf8(&bytes).map_err(|_| LedgerError::ProtocolSyntax {
         path: path.to_path_buf(),
@@ -453,7 +453,7 @@ pub fn lock(
         schema: LOCK_SCHEMA.to_string(),
         protocol_file: path
             .file_name()
-            .map(|n| lab::text::printable(&n.to_string_lossy()).into_owned())
+            .map(|n| lab_io::text::printable(&n.to_string_lossy()).into_owned())
             .unwrap_or_default(),
         protocol_sha256: sha256_hex(&bytes),
         locked_utc: crate::time::utc_seconds(now),

@@ -4,11 +4,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use lab::catalogue::Catalogue;
 use lab::measure::document::{
     MEASUREMENT_KIND, MEASUREMENT_LIMIT, MEASUREMENT_SCHEMA, MeasurementDocument,
 };
-use lab::text::{neutralise_cell, printable};
+use lab_io::text::{neutralise_cell, printable};
+use rent::catalogue::Catalogue;
 
 use crate::device::{self, CPU_REFERENCE};
 use crate::error::LedgerError;
@@ -59,7 +59,7 @@ pub struct Recorded {
 /// Reads a measurement file (within [`MEASUREMENT_LIMIT`]): its SHA-256 and its document, which
 /// must be complete.
 fn load_measurement(path: &Path) -> Result<(String, MeasurementDocument), LedgerError> {
-    let bytes = lab::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
+    let bytes = lab_io::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
     let sha = sha256_hex(&bytes);
     let bad = |reason: String| LedgerError::Measurement {
         path: path.to_path_buf(),
@@ -229,19 +229,19 @@ fn resolve_results(path: &Path) -> Result<PathBuf, LedgerError> {
         match current.symlink_metadata() {
             Ok(meta) if meta.file_type().is_symlink() => {
                 let target =
-                    std::fs::read_link(&current).map_err(|e| lab::files::OutputError::Io {
+                    std::fs::read_link(&current).map_err(|e| lab_io::files::OutputError::Io {
                         path: current.clone(),
-                        reason: lab::files::os_message(&e),
+                        reason: lab_io::files::os_message(&e),
                     })?;
                 if current.metadata().is_err() {
-                    return Err(lab::files::OutputError::DanglingLink(path.to_path_buf()).into());
+                    return Err(lab_io::files::OutputError::DanglingLink(path.to_path_buf()).into());
                 }
-                current = lab::files::folder_of(&current).join(target);
+                current = lab_io::files::folder_of(&current).join(target);
             }
             _ => break,
         }
     }
-    lab::files::check_replace(&current)?;
+    lab_io::files::check_replace(&current)?;
     Ok(current)
 }
 
@@ -268,11 +268,11 @@ pub fn record(req: &RecordRequest, catalogue: &Catalogue) -> Result<Recorded, Le
         });
     }
     let notes = req.notes.clone().unwrap_or_default();
-    if notes.chars().any(lab::text::is_unsafe_char) || notes.chars().count() > NOTES_MAX {
+    if notes.chars().any(lab_io::text::is_unsafe_char) || notes.chars().count() > NOTES_MAX {
         return Err(LedgerError::Notes { max: NOTES_MAX });
     }
     // The package must be one the catalogue sells, or `cost` could never price the row.
-    let quote = lab::price::quote(
+    let quote = rent::price::quote(
         catalogue,
         &req.package.gpu,
         req.package.days,
@@ -420,7 +420,7 @@ mod tests {
                 device_free_bytes: None,
             },
         };
-        let mut device = lab::cpu::CpuDevice::new(tool);
+        let mut device = lab_cpu::CpuDevice::new(tool);
         let doc = run(&mut device, &plan, info, Mode::Measure, &mut Silent);
         assert!(doc.complete && doc.check.as_ref().is_some_and(|c| c.passed));
         doc

@@ -2,6 +2,8 @@
 //! from the safetensors headers (never the tensor data), or the count from `config.json` for the
 //! architectures whose formula is known, and the attention geometry that sizes the KV cache.
 //!
+//! Not here: the bytes and packages those facts lead to (`rent::memory`, `rent::fit`).
+//!
 //! ```no_run
 //! let model = model::inspect(std::path::Path::new("data/models/llama-3.1-8b"))?;
 //! println!("{} parameters", model.parameters);
@@ -107,7 +109,9 @@ pub fn inspect(path: &Path) -> Result<Model, ModelError> {
     let shown = path.display().to_string();
     let (folder, config_path) = if path.is_dir() {
         (path.to_path_buf(), path.join("config.json"))
-    } else if path.is_file() {
+    } else if path.exists() {
+        // A file, or something else that the reads below refuse by what it is (a FIFO, a
+        // device), rather than "no such file".
         let folder = path
             .parent()
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
@@ -122,7 +126,9 @@ pub fn inspect(path: &Path) -> Result<Model, ModelError> {
         });
     };
     let config_name = config_path.display().to_string();
-    let config_text = if config_path.is_file() {
+    // `exists`, not `is_file`: a config.json that is a FIFO or a device is refused by the read
+    // with a sentence saying what it is, not taken for a missing file.
+    let config_text = if config_path.exists() {
         Some(read_bounded(
             &config_path,
             &config_name,
@@ -378,7 +384,7 @@ fn read_bounded(
         file: name.to_string(),
         source,
     };
-    let file = std::fs::File::open(path).map_err(io)?;
+    let file = lab_io::files::open_input(path).map_err(io)?;
     let mut bytes = Vec::new();
     file.take(limit + 1).read_to_end(&mut bytes).map_err(io)?;
     if bytes.len() as u64 > limit {

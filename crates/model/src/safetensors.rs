@@ -16,7 +16,6 @@
 use std::collections::BTreeMap;
 use std::collections::hash_map::{Entry, HashMap};
 use std::fmt;
-use std::fs::File;
 use std::hash::{BuildHasher, RandomState};
 use std::io::{BufReader, Read};
 use std::path::Path;
@@ -98,7 +97,7 @@ pub fn read_header(path: &Path, name: &str) -> Result<Header, ModelError> {
         file: name.to_string(),
         source,
     };
-    let mut file = File::open(path).map_err(io)?;
+    let mut file = lab_io::files::open_input(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();
     let mut length = [0u8; 8];
     file.read_exact(&mut length).map_err(|source| {

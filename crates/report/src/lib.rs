@@ -8,6 +8,9 @@
 //! escaped: a device name or a file name can never become markup.
 //!
 //! Runs shown side by side share their axes (time, bytes), so machines compare at a glance.
+//!
+//! Not here: the documents it reads (`lab::measure`, `lab::probe`, `sweep::summary`), the
+//! measurements themselves.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -2,11 +2,11 @@
 
 use std::path::{Path, PathBuf};
 
-use lab::files::InputError;
 use lab::measure::document::{
     MEASUREMENT_KIND, MEASUREMENT_LIMIT, MEASUREMENT_SCHEMA, MeasurementDocument,
 };
 use lab::probe::{PROBE_SCHEMA, ProbeDocument};
+use lab_io::files::InputError;
 use sweep::summary::{Row, SUMMARY_FILE, SummaryError, read_summary};
 
 /// The most a report reads in all (documents and summaries together): what one page can show
@@ -33,7 +33,7 @@ pub enum ReportError {
     /// All inputs together are over the total limit, `TOTAL_LIMIT`.
     #[error(
         "the inputs add up to more than {}, the most one report reads; make several reports",
-        lab::files::human_bytes(TOTAL_LIMIT)
+        lab_io::files::human_bytes(TOTAL_LIMIT)
     )]
     TooMuch,
     /// A summary row names a file that is not a plain name inside the sweep folder.
@@ -198,7 +198,7 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
                 let mut files: Vec<PathBuf> = std::fs::read_dir(path)
                     .map_err(|e| ReportError::Read {
                         path: path.clone(),
-                        reason: lab::files::os_message(&e),
+                        reason: lab_io::files::os_message(&e),
                     })?
                     .filter_map(|e| e.ok().map(|e| e.path()))
                     .filter(|p| {
@@ -246,7 +246,7 @@ fn document(path: &Path, budget: &mut Budget) -> Result<MeasurementDocument, Rep
 
 fn any_document(path: &Path, budget: &mut Budget) -> Result<Document, ReportError> {
     // A probe document is smaller than a measurement's bound allows: the same bound serves both.
-    let bytes = lab::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
+    let bytes = lab_io::files::read_bounded(path, MEASUREMENT_LIMIT, MEASUREMENT_KIND)?;
     budget.take(bytes.len())?;
     let not = |why: String| ReportError::NotADocument {
         path: path.to_path_buf(),

@@ -6,6 +6,9 @@
 //! (`--max-memory 6GiB`), the loop with its stopping rules (written against [`PointRunner`], so it
 //! is tested with a scripted runner), and `summary.csv`, one row per point, written atomically
 //! after every point so that nothing measured is ever lost.
+//!
+//! Not here: running one point (`iteragpu measure` in a child process, over `lab::measure`), the
+//! report that draws a sweep (`report`).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

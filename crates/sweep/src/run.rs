@@ -236,11 +236,11 @@ pub fn run_points<E>(
 mod tests {
     use std::cell::Cell;
 
-    use lab::cpu::CpuDevice;
     use lab::measure::config::{MeasureOptions, Plan};
     use lab::measure::document::{Preflight, RunError};
     use lab::measure::runner::{self, Mode, RunInfo, Silent};
     use lab::tool::ToolInfo;
+    use lab_cpu::CpuDevice;
 
     use super::*;
 

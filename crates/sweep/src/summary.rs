@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use lab::files::{InputError, OutputError, Written};
+use lab_io::files::{InputError, OutputError, Written};
 
 use lab::dtype::DType;
 use lab::measure::document::MeasurementDocument;
@@ -159,7 +159,7 @@ pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>, csv::Error> {
     }
     for r in rows {
         let mut r = r.clone();
-        r.reason = lab::text::neutralise_cell(&lab::text::printable(&r.reason)).into_owned();
+        r.reason = lab_io::text::neutralise_cell(&lab_io::text::printable(&r.reason)).into_owned();
         w.serialize(&r)?;
     }
     w.into_inner().map_err(|e| e.into_error().into())
@@ -185,7 +185,7 @@ pub const HEADER: [&str; 16] = [
     "file",
 ];
 
-/// Replaces `DIR/summary.csv` with `rows` atomically ([`lab::files::replace`]): a temporary
+/// Replaces `DIR/summary.csv` with `rows` atomically ([`lab_io::files::replace`]): a temporary
 /// file in the same folder, flushed, then renamed over the old one, so a reader (or a crash)
 /// sees either the previous summary or the new one, never half of one.
 pub fn write_summary(dir: &Path, rows: &[Row]) -> Result<Written, SummaryError> {
@@ -194,12 +194,12 @@ pub fn write_summary(dir: &Path, rows: &[Row]) -> Result<Written, SummaryError> 
         path: path.clone(),
         reason: e.to_string(),
     })?;
-    Ok(lab::files::replace(&path, &bytes)?)
+    Ok(lab_io::files::replace(&path, &bytes)?)
 }
 
 /// Reads a `summary.csv` (within [`SUMMARY_LIMIT`]).
 pub fn read_summary(path: &Path) -> Result<Vec<Row>, SummaryError> {
-    let bytes = lab::files::read_bounded(path, SUMMARY_LIMIT, "a sweep summary")?;
+    let bytes = lab_io::files::read_bounded(path, SUMMARY_LIMIT, "a sweep summary")?;
     let err = |e: csv::Error| SummaryError::Read {
         path: path.to_path_buf(),
         reason: e.to_string(),

@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lab::catalogue::Catalogue;
-use lab::price::{cents_to_amount, decimal_cents_to_amount};
 use ledger::cost::{CostReport, RentalCost, Total};
+use rent::catalogue::Catalogue;
+use rent::price::{cents_to_amount, decimal_cents_to_amount};
 
 use crate::output;
 

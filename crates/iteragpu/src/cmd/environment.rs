@@ -4,13 +4,13 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lab::catalogue::Catalogue;
-use lab::datasheet::Datasheet;
 use lab::environment::Environment;
 use lab::lot::{Expectation, Finding, LOT_SCHEMA, LotReport, Severity, check_lot};
 use lab::tool::ToolInfo;
 use lab_cuda::lot::{Selection, parse_selection};
 use ledger::Package;
+use rent::catalogue::Catalogue;
+use rent::datasheet::Datasheet;
 use serde_json::Value;
 
 use crate::{exit, output};
@@ -128,7 +128,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )));
     }
     let env = if device == "cpu" {
-        lab::cpu::environment(tool_info())
+        lab_cpu::environment(tool_info())
     } else if let Some(ordinal) = lab_cuda::parse_ordinal(&device) {
         lab_cuda::environment(ordinal, tool_info())
     } else {

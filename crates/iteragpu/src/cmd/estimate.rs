@@ -6,9 +6,9 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lab::estimate::{parse_bits, parse_reserve_gib};
-use lab::memory::{MemoryEstimate, MemoryOptions, ModelFacts, memory};
-use lab::units::parse_parameters;
+use rent::estimate::{parse_bits, parse_reserve_gib};
+use rent::memory::{MemoryEstimate, MemoryOptions, ModelFacts, memory};
+use rent::units::parse_parameters;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -135,7 +135,7 @@ pub struct ModelEstimate {
 pub struct LoadedModel {
     /// What the model crate read.
     pub model: model::Model,
-    /// The same, for `lab::memory`.
+    /// The same, for `rent::memory`.
     pub facts: ModelFacts,
     /// Sentences about the model's own structure (experts, sliding windows).
     pub notes: Vec<String>,
@@ -208,7 +208,7 @@ pub fn memory_options(bits: Option<u32>, reserve: Decimal, m: &MemoryArgs) -> Me
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let reserve = args.reserve_gib.unwrap_or(Decimal::ZERO);
     let options = memory_options(args.bits, reserve, &args.memory);
-    let usage = |err: lab::memory::MemoryError| crate::exit::usage(err.to_string());
+    let usage = |err: rent::memory::MemoryError| crate::exit::usage(err.to_string());
     match &args.model {
         None => {
             let parameters = args.parameters.unwrap_or_default();
@@ -218,7 +218,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 ..ModelFacts::default()
             };
             if args.memory.context.is_some() {
-                return Err(usage(lab::memory::MemoryError::NoGeometry));
+                return Err(usage(rent::memory::MemoryError::NoGeometry));
             }
             let e = memory(&facts, &options).map_err(usage)?;
             if args.json {

@@ -4,12 +4,12 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use lab::catalogue::Catalogue;
-use lab::estimate::{parse_bits, parse_reserve_gib};
-use lab::fit::{DEFAULT_RESERVE_GIB, FitInputs, FitOption, MAX_GPUS, fit};
-use lab::memory::{MemoryEstimate, ModelFacts, memory};
-use lab::price::{cents_to_amount, decimal_cents_to_amount, parse_days};
-use lab::units::parse_parameters;
+use rent::catalogue::Catalogue;
+use rent::estimate::{parse_bits, parse_reserve_gib};
+use rent::fit::{DEFAULT_RESERVE_GIB, FitInputs, FitOption, MAX_GPUS, fit};
+use rent::memory::{MemoryEstimate, ModelFacts, memory};
+use rent::price::{cents_to_amount, decimal_cents_to_amount, parse_days};
+use rent::units::parse_parameters;
 use rust_decimal::Decimal;
 use serde::Serialize;
 
@@ -124,7 +124,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| Decimal::from(DEFAULT_RESERVE_GIB));
     // The reserve is per GPU here, not part of the model's bytes.
     let options = memory_options(args.bits, Decimal::ZERO, &args.memory);
-    let usage = |err: lab::memory::MemoryError| crate::exit::usage(err.to_string());
+    let usage = |err: rent::memory::MemoryError| crate::exit::usage(err.to_string());
     let (label, loaded) = match (&args.model, args.parameters) {
         (Some(path), _) => (
             path.display().to_string(),

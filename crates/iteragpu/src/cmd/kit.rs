@@ -55,7 +55,7 @@ struct KitReport<'a> {
 /// Runs `kit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // An existing, unwritable or over-long --output is refused before anything is built.
-    lab::files::check_new(&args.output).map_err(|e| exit::usage(e.to_string()))?;
+    lab_io::files::check_new(&args.output).map_err(|e| exit::usage(e.to_string()))?;
     let mut sources: Vec<(String, PathBuf)> = Vec::new();
     if args.with_binary {
         let exe = std::env::current_exe().context("cannot locate the running executable")?;

@@ -6,10 +6,8 @@ use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
 use anyhow::Context;
-use lab::cpu::{CpuDevice, CpuOptions, HostMemoryPlan};
 use lab::device::Device;
 use lab::dtype::DType;
-use lab::files;
 use lab::measure::config::{MeasureOptions, Plan};
 use lab::measure::document::{MeasurementDocument, PhaseRow, Preflight};
 use lab::measure::preflight::{self, PlanReport};
@@ -18,7 +16,9 @@ use lab::tool::ToolInfo;
 use lab::workspaces::{
     MemoryPolicy, UnifiedWorkspace, WorkspaceOptions, parse_cublas_workspace_config,
 };
+use lab_cpu::{CpuDevice, CpuOptions, HostMemoryPlan};
 use lab_cuda::{CudaOptions, KernelChoice};
+use lab_io::files;
 
 use crate::exit::usage;
 use crate::output;
@@ -442,7 +442,7 @@ fn measure_cpu(
         .context("could not set up the CPU reference device")?;
     let device_init_seconds = init.elapsed().as_secs_f64();
     let segments = preflight::estimate_peak_reserved(plan, &device.memory_policy());
-    let resident = lab::cpu::resident_bytes().unwrap_or(0);
+    let resident = lab::host::resident_bytes().unwrap_or(0);
     let host = HostMemoryPlan::new(plan, segments, device.threads(), resident);
     let available = device
         .available_bytes()
@@ -463,7 +463,7 @@ fn measure_cpu(
     )?;
     if let Some(details) = doc.environment.details.as_object_mut() {
         let mut memory = serde_json::to_value(host)?;
-        memory["peak_resident_bytes"] = serde_json::json!(lab::cpu::peak_resident_bytes());
+        memory["peak_resident_bytes"] = serde_json::json!(lab::host::peak_resident_bytes());
         details.insert("host_memory".to_string(), memory);
     }
     Ok(doc)

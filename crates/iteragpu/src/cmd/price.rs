@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use lab::catalogue::{Catalogue, Tariff};
-use lab::price::{
+use rent::catalogue::{Catalogue, Tariff};
+use rent::price::{
     PriceError, Quote, cents_to_amount, decimal_cents_to_amount, parse_accepted_results,
     parse_days, parse_lots, quote,
 };

@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
-use lab::datasheet::Datasheet;
-use lab::files;
 use lab::lot::{Expectation, GpuFacts, Severity, check_lot};
 use lab::probe::timing::SamplePlan;
 use lab::probe::{
@@ -18,7 +16,9 @@ use lab::probe::{
 };
 use lab_cuda::lot::{Selection, parse_selection};
 use lab_cuda::probe::{ProbeOptions, ProbeProgress};
+use lab_io::files;
 use ledger::Package;
+use rent::datasheet::Datasheet;
 
 use crate::cmd::environment::{datasheet, expectation, parse_package, render_findings, tool_info};
 use crate::exit::usage;
@@ -149,7 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
     // The two host buffers, against the host's memory (and any cgroup limit), as `measure`'s
     // pre-flight does: refused with a sentence, never allocated to be killed for.
-    lab::probe::check_copy_buffers(args.copy_bytes, lab::cpu::available_host_bytes())
+    lab::probe::check_copy_buffers(args.copy_bytes, lab::host::available_host_bytes())
         .map_err(|e| anyhow::anyhow!("would not fit: {e}; nothing was written"))?;
     let datasheet = datasheet(args.datasheet.as_deref())?;
     let started = Instant::now();
@@ -176,8 +176,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .to_string(),
             ));
         }
-        let device = lab::probe::cpu::probe(
-            lab::cpu::environment(tool.clone()),
+        let device = lab_cpu::probe::probe(
+            lab_cpu::environment(tool.clone()),
             args.copy_bytes,
             args.seconds,
             &plan,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use lab::files;
+use lab_io::files;
 use report::{Meta, ReportError};
 use serde::Serialize;
 

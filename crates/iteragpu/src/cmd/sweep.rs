@@ -308,7 +308,7 @@ fn folder_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
     usage(format!(
         "--output-dir {}: cannot create or write in it: {}; choose a folder you can write to",
         dir.display(),
-        lab::files::os_message(e)
+        lab_io::files::os_message(e)
     ))
 }
 
@@ -343,7 +343,7 @@ fn claim_folder(dir: &Path) -> anyhow::Result<Claim> {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .unwrap_or_default();
         if name == CLAIM_FILE {
-            let held = lab::files::open_input(&path).is_ok_and(|f| f.try_lock().is_err());
+            let held = lab_io::files::open_input(&path).is_ok_and(|f| f.try_lock().is_err());
             return Err(not_empty(if held {
                 "another sweep is writing into it now".to_string()
             } else {
@@ -381,7 +381,7 @@ fn claim_folder(dir: &Path) -> anyhow::Result<Claim> {
             other.file_name().to_string_lossy()
         )));
     }
-    lab::files::check_new(&dir.join(sweep::summary::SUMMARY_FILE))
+    lab_io::files::check_new(&dir.join(sweep::summary::SUMMARY_FILE))
         .map_err(|e| usage(e.to_string()))?;
     Ok(claim)
 }
@@ -469,7 +469,7 @@ impl PointRunner for ChildRunner<'_> {
 }
 
 fn read_document(path: &Path) -> anyhow::Result<MeasurementDocument> {
-    let bytes = lab::files::read_bounded(
+    let bytes = lab_io::files::read_bounded(
         path,
         lab::measure::document::MEASUREMENT_LIMIT,
         lab::measure::document::MEASUREMENT_KIND,
@@ -519,7 +519,7 @@ fn point_line(bar: Option<&ProgressBar>, i: usize, total: usize, row: &Row) {
     match bar {
         Some(bar) => {
             bar.inc(1);
-            bar.println(lab::text::printable_lines(&line));
+            bar.println(lab_io::text::printable_lines(&line));
         }
         None => output::eprint_line(&line),
     }

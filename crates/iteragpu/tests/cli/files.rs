@@ -464,7 +464,10 @@ fn a_fifo_given_as_an_input_is_refused_at_once() {
     mkfifo(&d.join("doc.json"));
     mkfifo(&d.join("grid.csv"));
     mkfifo(&d.join("tariffs.csv"));
-    let said = "it is a FIFO (named pipe), not a regular file";
+    mkfifo(&d.join("kit.zip"));
+    std::fs::create_dir(d.join("model")).unwrap();
+    mkfifo(&d.join("model/config.json"));
+    let said = "is a FIFO (named pipe), not a regular file";
     let refusals: Vec<(&str, Vec<std::ffi::OsString>)> = vec![
         (
             "report",
@@ -495,6 +498,34 @@ fn a_fifo_given_as_an_input_is_refused_at_once() {
         (
             "cost",
             ["cost", "--results", "grid.csv"].map(Into::into).to_vec(),
+        ),
+        (
+            "record's grid",
+            vec![
+                "record".into(),
+                "--results".into(),
+                "grid.csv".into(),
+                "--protocol".into(),
+                protocol.clone().into(),
+                "--measurement".into(),
+                "m.json".into(),
+                "--rental".into(),
+                "r".into(),
+                "--package".into(),
+                "b200:7:1".into(),
+                "--submitted".into(),
+                "1".into(),
+                "--accepted".into(),
+                "1".into(),
+                "--allow-device-mismatch".into(),
+            ],
+        ),
+        ("verify", ["verify", "kit.zip"].map(Into::into).to_vec()),
+        (
+            "estimate --model",
+            ["estimate", "--model", "model", "--bits", "16"]
+                .map(Into::into)
+                .to_vec(),
         ),
         (
             "price --catalogue",

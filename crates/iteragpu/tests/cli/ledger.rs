@@ -60,7 +60,7 @@ fn measurement(n: u64, complete: bool) -> MeasurementDocument {
             n % 60
         ),
         device_init_seconds: 0.0,
-        environment: lab::cpu::environment(ToolInfo::new(None)),
+        environment: lab_cpu::environment(ToolInfo::new(None)),
         configuration: Configuration {
             device: "cpu".into(),
             batch: 1,
@@ -537,7 +537,7 @@ fn record_refuses_a_package_the_catalogue_does_not_sell() {
     let catalogue = dir.path().join("tariffs.csv");
     std::fs::write(
         &catalogue,
-        lab::catalogue::EMBEDDED_CSV.replace("b200,", "b200x,"),
+        rent::catalogue::EMBEDDED_CSV.replace("b200,", "b200x,"),
     )
     .unwrap();
     record(

@@ -150,7 +150,7 @@ fn list_shows_all_45_packages() {
         .map(String::as_str)
         .collect();
     keys.sort_unstable();
-    let mut want = lab::catalogue::COLUMNS.to_vec();
+    let mut want = rent::catalogue::COLUMNS.to_vec();
     want.sort_unstable();
     assert_eq!(keys, want);
 }

@@ -216,6 +216,8 @@ impl Normaliser {
             (r(r"\b[0-9]*[a-f][0-9a-f]*\b"), "[HEX?]"),
             // The CPU's model name, where the CPU reference device names it.
             (r(r"(device cpu \().*?(\)\s+\|)"), "$1[CPU]$2"),
+            // ... and the probe's device line (`cpu (AMD EPYC)  |  no datasheet row`).
+            (r(r"^(cpu \().*?(\)\s+\|)"), "$1[CPU]$2"),
             (r(r"(device ).*?( \(cpu-reference)"), "$1[CPU]$2"),
         ];
         // A kit built without the aarch64 binary (see [`release_binaries`]) has one member less.

@@ -29,6 +29,32 @@ pub struct MeasureOptions {
     pub allow_tf32: bool,
 }
 
+impl MeasureOptions {
+    /// A run of the given shape with the command line's defaults for everything else (`hidden`
+    /// 4 x width, one warm-up pass, two timed passes, seed 0, strict float32): what a device's
+    /// own tests and a quick check need without repeating them.
+    pub fn with_defaults(
+        device: &str,
+        batch: usize,
+        context: usize,
+        width: usize,
+        dtype: DType,
+    ) -> MeasureOptions {
+        MeasureOptions {
+            device: device.to_string(),
+            batch,
+            context,
+            width,
+            hidden: None,
+            dtype,
+            warmup: 1,
+            repeats: 2,
+            seed: 0,
+            allow_tf32: false,
+        }
+    }
+}
+
 /// An option value the measurement cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -267,18 +293,7 @@ pub(crate) mod tests {
         width: usize,
         dtype: DType,
     ) -> MeasureOptions {
-        MeasureOptions {
-            device: "cpu".to_string(),
-            batch,
-            context,
-            width,
-            hidden: None,
-            dtype,
-            warmup: 1,
-            repeats: 2,
-            seed: 0,
-            allow_tf32: false,
-        }
+        MeasureOptions::with_defaults("cpu", batch, context, width, dtype)
     }
 
     #[test]

@@ -7,6 +7,3 @@ pub mod document;
 pub mod preflight;
 pub mod runner;
 pub mod synthetic;
-
-#[cfg(test)]
-mod tests;

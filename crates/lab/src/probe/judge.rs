@@ -19,9 +19,9 @@ use serde_json::json;
 use super::{
     CopyFigure, CopyKind, DeviceProbe, FigureStatus, LotOutlierFigure, ProbeDocument, Reference,
 };
-use crate::datasheet::{Datasheet, DatasheetRow};
 use crate::lot::{Finding, Severity};
 use crate::stats::low_outliers_of_lot;
+use rent::datasheet::{Datasheet, DatasheetRow};
 
 fn reference(measured: f64, value: f64, basis: String, threshold: f64) -> Reference {
     let percent = measured / value * 100.0;
@@ -336,7 +336,6 @@ pub fn lot_outliers(devices: &[DeviceProbe], tolerance_percent: f64) -> Vec<LotO
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datasheet::GemmKind;
     use crate::environment::{ENVIRONMENT_SCHEMA, Environment};
     use crate::lot::GpuFacts;
     use crate::probe::{
@@ -344,6 +343,7 @@ mod tests {
         LOT_OUTLIER_PERCENT, PROBE_SCHEMA, ProbeConfiguration,
     };
     use crate::tool::ToolInfo;
+    use rent::datasheet::GemmKind;
 
     fn env(device: &str) -> Environment {
         Environment {

@@ -3,20 +3,19 @@
 //!
 //! This module holds what does not need a GPU: the document ([`ProbeDocument`]) both devices
 //! write, the bounded sampling loop ([`timing`]), the comparison with the datasheet and the lot
-//! ([`judge`]), and the host-side copy probe of the CPU reference device ([`cpu`]). The CUDA side
-//! (`lab_cuda::probe`) fills the same document with CUDA-event timings.
+//! ([`judge`]). The devices fill the same document: `lab_cpu::probe` with host copies,
+//! `lab_cuda::probe` with CUDA-event timings.
 
-pub mod cpu;
 pub mod judge;
 pub mod timing;
 
 use serde::{Deserialize, Serialize};
 
-use crate::datasheet::{DatasheetRow, GemmKind};
 use crate::environment::Environment;
 use crate::lot::{Expectation, Finding, GpuFacts, PeerAccess};
 use crate::stats::Summary;
 use crate::tool::ToolInfo;
+use rent::datasheet::{DatasheetRow, GemmKind};
 
 /// Why a probe's copy buffers cannot be had on this host: refused before any buffer is made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,7 +41,7 @@ fn gib(bytes: u64) -> f64 {
 
 /// Host bytes a probe holds for its copies: two buffers of `copy_bytes` (the CPU's source and
 /// destination; a GPU's pinned and pageable buffers), compared with what the host has
-/// (`available`, as [`crate::cpu::available_host_bytes`] reads it) before anything is allocated.
+/// (`available`, as [`crate::host::available_host_bytes`] reads it) before anything is allocated.
 /// `None` for `available` (no `/proc`) checks only that the figure fits in 64 bits.
 pub fn check_copy_buffers(
     copy_bytes: u64,

@@ -4,10 +4,10 @@
 
 use serde::Serialize;
 
-use crate::cpu::bf16;
-use crate::cpu::gemm::last_level_cache_bytes;
-use crate::dtype::DType;
-use crate::measure::config::Plan;
+use crate::bf16;
+use crate::gemm::last_level_cache_bytes;
+use lab::dtype::DType;
+use lab::measure::config::Plan;
 
 /// The planned peak of this process's resident memory on the CPU reference device, part by
 /// part. Every part is held until the end of the run, so the peak is their sum.
@@ -224,7 +224,15 @@ fn packing_bytes(rows: u64, width: u64, hidden: u64, l3: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::config::tests::options;
+
+    fn options(
+        batch: usize,
+        context: usize,
+        width: usize,
+        dtype: DType,
+    ) -> lab::measure::config::MeasureOptions {
+        lab::measure::config::MeasureOptions::with_defaults("cpu", batch, context, width, dtype)
+    }
 
     #[test]
     fn half_precision_counts_widened_parameters_and_buffers() {

@@ -4,9 +4,9 @@
 //! any machine. It is labelled as what it is: a host figure, never a GPU's, with no datasheet to
 //! compare it with.
 
-use super::timing::{Clock, Monotonic, SamplePlan, sample, slice};
-use super::{CopyFigure, CopyKind, DeviceProbe, FigureStatus};
-use crate::environment::Environment;
+use lab::environment::Environment;
+use lab::probe::timing::{Clock, Monotonic, SamplePlan, sample, slice};
+use lab::probe::{CopyFigure, CopyKind, DeviceProbe, FigureStatus};
 
 /// Probes host memcpy bandwidth with `copy_bytes` buffers for at most `seconds`.
 pub fn probe(
@@ -24,8 +24,8 @@ pub fn probe(
     // asked for fallibly, since memory can go between the check and now.
     let buffers = usize::try_from(copy_bytes).ok().and_then(|len| {
         Some((
-            crate::cpu::filled_buffer(len, 0xa5)?,
-            crate::cpu::filled_buffer(len, 0x5a)?,
+            lab::host::filled_buffer(len, 0xa5)?,
+            lab::host::filled_buffer(len, 0x5a)?,
         ))
     });
     match buffers {
@@ -82,11 +82,11 @@ pub fn probe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::ToolInfo;
+    use lab::tool::ToolInfo;
 
     #[test]
     fn the_host_copy_is_measured_and_labelled() {
-        let env = crate::cpu::environment(ToolInfo::new(None));
+        let env = crate::environment(ToolInfo::new(None));
         let d = probe(env, 1 << 20, 2.0, &SamplePlan::new(3, 10));
         let c = &d.copies[0];
         assert_eq!(c.kind, CopyKind::HostMemcpy);
@@ -101,9 +101,9 @@ mod tests {
 
     #[test]
     fn copy_buffers_are_checked_against_the_host_before_they_are_made() {
-        assert!(super::super::check_copy_buffers(1 << 20, Some(2 << 20)).is_ok());
-        assert!(super::super::check_copy_buffers(1 << 20, None).is_ok());
-        let e = super::super::check_copy_buffers((1 << 20) + 1, Some(2 << 20)).unwrap_err();
+        assert!(lab::probe::check_copy_buffers(1 << 20, Some(2 << 20)).is_ok());
+        assert!(lab::probe::check_copy_buffers(1 << 20, None).is_ok());
+        let e = lab::probe::check_copy_buffers((1 << 20) + 1, Some(2 << 20)).unwrap_err();
         assert_eq!(e.needed, Some((2 << 20) + 2));
         assert!(
             e.to_string()
@@ -111,14 +111,14 @@ mod tests {
             "{e}"
         );
         for huge in [1 << 63, u64::MAX] {
-            let e = super::super::check_copy_buffers(huge, None).unwrap_err();
+            let e = lab::probe::check_copy_buffers(huge, None).unwrap_err();
             assert!(e.to_string().contains("more than 2^64 bytes"), "{e}");
         }
     }
 
     #[test]
     fn a_spent_budget_skips_with_a_reason() {
-        let env = crate::cpu::environment(ToolInfo::new(None));
+        let env = crate::environment(ToolInfo::new(None));
         let d = probe(env, 1 << 10, 0.0, &SamplePlan::new(3, 10));
         assert_eq!(d.copies[0].status, FigureStatus::Skipped);
         assert!(d.copies[0].note.as_deref().unwrap().contains("budget"));

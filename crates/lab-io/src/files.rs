@@ -53,6 +53,14 @@ pub enum OutputError {
     /// The path names a folder, or has no file name.
     #[error("{} is not a file name", .0.display())]
     NotAFile(PathBuf),
+    /// The path names a FIFO, a device or a socket: results go to regular files only.
+    #[error("{} is {kind}, not a regular file; results are only written to regular files: choose another name", .path.display())]
+    NotRegular {
+        /// The file asked for.
+        path: PathBuf,
+        /// What it is, in words.
+        kind: &'static str,
+    },
     /// Files cannot be created in the folder.
     #[error("cannot create files in the folder {} (for {}): {reason}; choose a folder you can write to", .folder.display(), .path.display())]
     NotWritable {
@@ -174,8 +182,14 @@ pub fn check_replace(path: &Path) -> Result<(), OutputError> {
                 OutputError::NotAFile(path.to_path_buf())
             });
         }
-        if !meta.is_file() {
+        if meta.is_dir() {
             return Err(OutputError::NotAFile(path.to_path_buf()));
+        }
+        if !meta.is_file() {
+            return Err(OutputError::NotRegular {
+                path: path.to_path_buf(),
+                kind: kind_of(meta.file_type()),
+            });
         }
     }
     check_folder(path)

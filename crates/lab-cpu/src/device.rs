@@ -2,16 +2,17 @@
 
 use std::collections::HashMap;
 
-use crate::alloc::{Stats, TensorPool};
-use crate::cpu::gelu;
-use crate::cpu::memory::{HostSegments, available_host_bytes};
-use crate::cpu::{bf16, convert, gemm, threads};
-use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
-use crate::dtype::DType;
-use crate::environment::Environment;
-use crate::measure::synthetic::input_value;
-use crate::tool::ToolInfo;
-use crate::workspaces::{MemoryPolicy, Workspaces};
+use crate::gelu;
+use crate::memory::HostSegments;
+use crate::{bf16, convert, gemm, threads};
+use lab::alloc::{Stats, TensorPool};
+use lab::device::{Device, DeviceError, DeviceMemory, Tensor};
+use lab::dtype::DType;
+use lab::environment::Environment;
+use lab::host::available_host_bytes;
+use lab::measure::synthetic::input_value;
+use lab::tool::ToolInfo;
+use lab::workspaces::{MemoryPolicy, Workspaces};
 use lab_bf16::{Bf16Dot, PackedWeights, Scratch};
 
 /// Real arithmetic on the host under the GPU's allocator policy. Storage is in the requested
@@ -21,7 +22,7 @@ use lab_bf16::{Bf16Dot, PackedWeights, Scratch};
 /// operands to float32 and runs faer's float32 product.
 ///
 /// Host memory outside the allocator (never in its counters, always in the memory plan,
-/// [`crate::cpu::HostMemoryPlan`]): for float16 and bfloat16, a float32 copy of every uploaded
+/// [`crate::HostMemoryPlan`]): for float16 and bfloat16, a float32 copy of every uploaded
 /// tensor (the parameters, widened once at load instead of on every pass) and two float32
 /// buffers for the operands and results of the products, kept across passes so that no pass
 /// maps fresh pages; on AVX512_BF16, bfloat16 weights packed once at load instead and one
@@ -359,7 +360,7 @@ fn pack(tensors: &TensorPool<HostSegments>, t: &Tensor) -> Result<PackedWeights,
 
 impl Device for CpuDevice {
     fn environment(&self) -> Environment {
-        crate::cpu::environment::device_environment(self.tool.clone(), self.threads)
+        crate::environment::device_environment(self.tool.clone(), self.threads)
     }
 
     fn math_mode(&self, dtype: DType, allow_tf32: bool) -> String {
@@ -575,7 +576,7 @@ impl Device for CpuDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cpu::gelu32;
+    use crate::gelu32;
 
     fn device(threads: usize) -> CpuDevice {
         let mut d = CpuDevice::new(ToolInfo::new(None));

@@ -265,7 +265,7 @@ impl Datasheet {
     /// Loads and validates a file.
     pub fn from_path(path: &Path) -> Result<Datasheet, DatasheetError> {
         let file = path.display().to_string();
-        let reader = crate::files::open_input(path).map_err(|reason| DatasheetError::Read {
+        let reader = lab_io::files::open_input(path).map_err(|reason| DatasheetError::Read {
             file: file.clone(),
             reason,
         })?;

@@ -344,7 +344,7 @@ impl Catalogue {
     /// Loads and validates a catalogue file; messages name it by the path as given.
     pub fn from_path(path: &Path) -> Result<Catalogue, CatalogueError> {
         let file = path.display().to_string();
-        let reader = crate::files::open_input(path).map_err(|reason| CatalogueError::Read {
+        let reader = lab_io::files::open_input(path).map_err(|reason| CatalogueError::Read {
             file: file.clone(),
             reason,
         })?;

@@ -1,17 +1,25 @@
 //! The runner, driven through the CPU reference device and a scripted device that fails on cue.
 
-use crate::alloc::{Action, PoolName, Stats};
-use crate::cpu::CpuDevice;
-use crate::device::{Device, DeviceError, DeviceMemory, Tensor};
-use crate::dtype::DType;
-use crate::environment::Environment;
-use crate::measure::config::Plan;
-use crate::measure::config::tests::options;
-use crate::measure::document::{MeasurementDocument, Phase, Preflight};
-use crate::measure::preflight::{self, PlannedAllocation};
-use crate::measure::runner::{Mode, RunInfo, Silent, run};
-use crate::tool::ToolInfo;
-use crate::workspaces::{CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, MemoryPolicy, WorkspaceOptions};
+use lab::alloc::{Action, PoolName, Stats};
+use lab::device::{Device, DeviceError, DeviceMemory, Tensor};
+use lab::dtype::DType;
+use lab::environment::Environment;
+use lab::measure::config::Plan;
+use lab::measure::document::{MeasurementDocument, Phase, Preflight};
+use lab::measure::preflight::{self, PlannedAllocation};
+use lab::measure::runner::{Mode, RunInfo, Silent, run};
+use lab::tool::ToolInfo;
+use lab::workspaces::{CUBLAS_WORKSPACE, CUBLASLT_WORKSPACE, MemoryPolicy, WorkspaceOptions};
+use lab_cpu::CpuDevice;
+
+fn options(
+    batch: usize,
+    context: usize,
+    width: usize,
+    dtype: DType,
+) -> lab::measure::config::MeasureOptions {
+    lab::measure::config::MeasureOptions::with_defaults("cpu", batch, context, width, dtype)
+}
 
 fn info() -> RunInfo {
     RunInfo {
@@ -503,7 +511,7 @@ fn a_bounded_cpu_device_runs_out_of_memory_for_real() {
     let plan = Plan::new(options(1, 16, 1024, DType::Float32)).unwrap();
     let mut device = CpuDevice::with_source(
         ToolInfo::new(None),
-        crate::cpu::HostSegments::with_limit(4 << 20),
+        lab_cpu::HostSegments::with_limit(4 << 20),
     );
     let doc = run(&mut device, &plan, info(), Mode::Measure, &mut Silent);
     let err = doc.error.unwrap();

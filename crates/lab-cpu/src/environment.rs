@@ -2,13 +2,13 @@
 
 use serde_json::json;
 
-use crate::environment::{ENVIRONMENT_SCHEMA, Environment};
-use crate::tool::ToolInfo;
+use lab::environment::{ENVIRONMENT_SCHEMA, Environment};
+use lab::tool::ToolInfo;
 
 /// The environment of the CPU reference device with its default thread count (the physical
 /// cores). Nothing personal: no host name, user name or environment variable.
 pub fn environment(tool: ToolInfo) -> Environment {
-    device_environment(tool, crate::cpu::threads::physical_cores())
+    device_environment(tool, crate::threads::physical_cores())
 }
 
 /// The environment of a CPU reference device computing with `threads` threads: CPU model,
@@ -27,7 +27,7 @@ pub fn device_environment(tool: ToolInfo, threads: usize) -> Environment {
             "note": "CPU reference device: real arithmetic on the host CPU, host memory counters; not a GPU measurement",
             "cpu_model": cpu_model(),
             "logical_cpus": logical,
-            "physical_cores": crate::cpu::threads::physical_cores(),
+            "physical_cores": crate::threads::physical_cores(),
             "threads": threads,
             "vector_unit": vector_unit(),
             "arch": std::env::consts::ARCH,
@@ -40,7 +40,7 @@ pub fn device_environment(tool: ToolInfo, threads: usize) -> Environment {
 
 /// The products' library and arithmetic.
 fn gemm() -> String {
-    match crate::cpu::bf16::instructions() {
+    match crate::bf16::instructions() {
         Some(dot) => format!(
             "faer matmul (float32 accumulation; float16 widened to float32); bfloat16 on {} \
              (float32 accumulation)",

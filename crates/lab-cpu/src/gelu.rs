@@ -137,7 +137,7 @@ pub fn gelu_in_place(values: &mut [f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::measure::check::gelu64;
+    use lab::measure::check::gelu64;
 
     /// The bound the CUDA kernels are held to (lab-cuda's host kernel test): float32 arithmetic
     /// of a few ulp, `1 + erf` cancelling for negative x as in PyTorch's float32 GELU; plus one

@@ -8,7 +8,7 @@
 use lab_bf16::{Bf16Dot, PackedWeights, Scratch};
 use rayon::prelude::*;
 
-use crate::cpu::gemm::PARALLEL_MIN_PRODUCTS;
+use crate::gemm::PARALLEL_MIN_PRODUCTS;
 
 /// The instructions this device's bfloat16 products run on, where the CPU has them.
 pub fn instructions() -> Option<Bf16Dot> {

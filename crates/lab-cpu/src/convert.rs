@@ -11,8 +11,8 @@ use half::f16;
 use half::slice::HalfFloatSliceExt;
 use pulp::{Arch, Simd, WithSimd};
 
-use crate::cpu::threads::for_each_part;
-use crate::dtype::DType;
+use crate::threads::for_each_part;
+use lab::dtype::DType;
 
 /// `dst[i] = src[i]` widened to float32, `src` holding `dtype` elements as raw bytes.
 pub fn to_f32(threads: usize, dtype: DType, src: &[u8], dst: &mut [f32]) {
