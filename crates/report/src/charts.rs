@@ -73,17 +73,153 @@ fn keyed<R: Ranged<ValueType = f64>>(inner: R, keys: Vec<f64>) -> Keyed<R> {
     Keyed { inner, keys }
 }
 
+/// An axis fitted to its data: logarithmic over the data's own range when the data spans a
+/// decade or more, linear otherwise (a log axis over a small range would flatten it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Fit {
+    /// Whether the axis is logarithmic.
+    pub log: bool,
+    /// Its ends.
+    pub lo: f64,
+    pub hi: f64,
+}
+
+impl Fit {
+    /// ` (log scale)` or ` (linear)`, for the axis' title.
+    pub(crate) fn says(&self) -> &'static str {
+        if self.log { "log scale" } else { "linear" }
+    }
+
+    fn coord(&self) -> FittedCoord {
+        if self.log {
+            FittedCoord::Log(LogCoord::from((self.lo..self.hi).log_scale()))
+        } else {
+            FittedCoord::Linear(RangedCoordf64::from(self.lo..self.hi))
+        }
+    }
+}
+
+/// The range of the positive finite values: log from a little under the smallest to `headroom`
+/// times the largest (room for the legend) when they span a decade, else linear from zero
+/// (`from_zero`, for bars) or from a little under the smallest, with the same share of room on
+/// top.
+pub(crate) fn fit(values: impl Iterator<Item = f64>, headroom: f64, from_zero: bool) -> Fit {
+    let (min, max) = values
+        .filter(|v| *v > 0.0 && v.is_finite())
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
+            (lo.min(v), hi.max(v))
+        });
+    if !min.is_finite() {
+        return Fit {
+            log: false,
+            lo: 0.0,
+            hi: 1.0,
+        };
+    }
+    if max / min >= 10.0 {
+        return Fit {
+            log: true,
+            lo: min / 1.25,
+            hi: max * headroom,
+        };
+    }
+    let lo = if from_zero {
+        0.0
+    } else {
+        (min - (max - min).max(max * 0.05) * 0.15).max(0.0)
+    };
+    let span = (max - lo).max(max * 0.05);
+    Fit {
+        log: false,
+        lo,
+        hi: max + span * (headroom - 1.0).clamp(0.1, 1.0) * 0.6,
+    }
+}
+
+/// A linear or logarithmic f64 axis, chosen at run time.
+enum FittedCoord {
+    Linear(RangedCoordf64),
+    Log(LogCoord<f64>),
+}
+
+impl Ranged for FittedCoord {
+    type FormatOption = DefaultFormatting;
+    type ValueType = f64;
+
+    fn map(&self, value: &f64, limit: (i32, i32)) -> i32 {
+        match self {
+            FittedCoord::Linear(r) => r.map(value, limit),
+            FittedCoord::Log(r) => r.map(value, limit),
+        }
+    }
+
+    fn key_points<Hint: KeyPointHint>(&self, hint: Hint) -> Vec<f64> {
+        match self {
+            FittedCoord::Linear(r) => r.key_points(hint),
+            FittedCoord::Log(r) => r.key_points(hint),
+        }
+    }
+
+    fn range(&self) -> Range<f64> {
+        match self {
+            FittedCoord::Linear(r) => r.range(),
+            FittedCoord::Log(r) => r.range(),
+        }
+    }
+}
+
+/// The smallest text a chart may show on screen, in CSS pixels.
+pub(crate) const MIN_TEXT_PX: f64 = 11.0;
+/// The smallest font asked of plotters in a chart of the base width (labels, legend).
+const BASE_FONT: f64 = 18.0;
+/// Plotters' SVG backend writes a font of size s as `font-size` s / 1.24 SVG pixels.
+const SVG_FONT_RATIO: f64 = 1.24;
+/// Charts up to this width use the base sizes; a wider chart scales its text, margins and
+/// label areas up with its width, so every chart is read at the same scale-down.
+const BASE_WIDTH: f64 = 640.0;
+
+/// Sizes of one chart: each base size times `k`, the chart's width over [`BASE_WIDTH`] (at
+/// least 1).
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    k: f64,
+}
+
+impl Sizes {
+    fn of(width: u32) -> Sizes {
+        Sizes {
+            k: (width as f64 / BASE_WIDTH).max(1.0),
+        }
+    }
+
+    fn px(&self, base: f64) -> u32 {
+        (base * self.k).round() as u32
+    }
+
+    fn font(&self, base: f64) -> (&'static str, u32) {
+        (FONT, self.px(base))
+    }
+}
+
+/// The narrowest a chart of `width` SVG pixels may be shown: its smallest text then renders at
+/// [`MIN_TEXT_PX`]. The page lets a figure scroll sideways rather than shrink it further.
+pub(crate) fn min_width(width: u32) -> u32 {
+    let smallest = BASE_FONT / SVG_FONT_RATIO * Sizes::of(width).k;
+    (width as f64 * MIN_TEXT_PX / smallest).ceil() as u32 + 1
+}
+
 type Drawn = Result<(), Box<dyn std::error::Error>>;
 
 /// The series legend every chart draws, on a light box, in the corner its data leaves free.
 fn legend<'a, CT: CoordTranslate>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
     corner: SeriesLabelPosition,
+    z: Sizes,
 ) -> Drawn {
     chart
         .configure_series_labels()
         .position(corner)
-        .label_font((FONT, 15))
+        .label_font(z.font(BASE_FONT))
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .draw()?;
@@ -96,6 +232,7 @@ fn categorical_mesh<'a, Y>(
     chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<Keyed<RangedCoordf64>, Y>>,
     (x_desc, y_desc): (&str, &str),
     labels: &[String],
+    z: Sizes,
 ) -> Drawn
 where
     Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
@@ -112,8 +249,8 @@ where
                 .unwrap_or_default()
         })
         .y_label_formatter(&|v| tick(*v))
-        .label_style((FONT, 15))
-        .axis_desc_style((FONT, 15))
+        .label_style(z.font(BASE_FONT))
+        .axis_desc_style(z.font(BASE_FONT))
         .draw()?;
     Ok(())
 }
@@ -137,7 +274,11 @@ fn svg(
             message: e.to_string(),
         })?;
     }
-    Ok(out)
+    Ok(out.replacen(
+        "<svg ",
+        &format!("<svg style=\"min-width: {}px\" ", min_width(size.0)),
+        1,
+    ))
 }
 
 /// Runs whose peak memory is within this factor of each other share a memory scale; a run
@@ -149,8 +290,8 @@ pub(crate) const SHARED_SCALE_FACTOR: f64 = 10.0;
 /// it), and a memory axis shared with the runs of comparable size.
 #[derive(Debug, Clone)]
 pub(crate) struct PhaseAxes {
-    /// Log-scale time range in milliseconds, the same for every run.
-    pub time_ms: (f64, f64),
+    /// The time axis in milliseconds, the same for every run.
+    pub time_ms: Fit,
     /// Unit of the memory axis.
     pub memory: Unit,
     /// Top of the memory axis, in bytes.
@@ -203,7 +344,7 @@ impl PhaseAxes {
                 std::iter::once(p.wall_seconds * 1e3).chain(p.device_seconds.map(|d| d * 1e3))
             })
         });
-        let time_ms = log_range(times, 3.0);
+        let time_ms = fit(times, 3.0, true);
         let peaks: Vec<f64> = runs.iter().map(|r| memory_peak(r)).collect();
         let groups = scale_groups(&peaks);
         (0..runs.len())
@@ -223,22 +364,6 @@ impl PhaseAxes {
     }
 }
 
-/// A power-of-ten range around the positive values, with `headroom` above the largest (room
-/// for the legend).
-fn log_range(values: impl Iterator<Item = f64>, headroom: f64) -> (f64, f64) {
-    let (min, max) = values
-        .filter(|v| *v > 0.0 && v.is_finite())
-        .fold((f64::INFINITY, 0.0f64), |(lo, hi), v| {
-            (lo.min(v), hi.max(v))
-        });
-    if !min.is_finite() {
-        return (1e-3, 1.0);
-    }
-    let lo = 10f64.powf(min.log10().floor());
-    let hi = 10f64.powf((max * headroom).log10().ceil());
-    (lo, if hi > lo { hi } else { lo * 10.0 })
-}
-
 fn phase_label(row: &PhaseRow) -> String {
     match row.phase {
         Phase::ModelLoad => "load".to_string(),
@@ -255,10 +380,11 @@ fn width_for(categories: usize) -> u32 {
     (80 * categories as u32).clamp(600, 1200)
 }
 
-/// The phase-axis keys: a label under every bar while they fit (about 70 px each), else under
-/// every k-th bar, always the first.
+/// The phase-axis keys: a label under every bar while they fit (about 70 px each at the base
+/// size), else under every k-th bar, always the first.
 fn phase_keys(n: usize, width: u32) -> Vec<f64> {
-    let fit = (width as usize / 70).max(1);
+    let each = 70.0 * Sizes::of(width).k;
+    let fit = ((width as f64 / each) as usize).max(1);
     let stride = n.div_ceil(fit).max(1);
     (0..n).step_by(stride).map(|i| i as f64 + 0.5).collect()
 }
@@ -271,25 +397,24 @@ pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportEr
     let has_device = rows.iter().any(|r| r.device_seconds.is_some());
     let title = "Time per phase: wall clock vs device";
     let width = width_for(n);
-    svg(title, (width, 360), |root| {
-        let (lo, hi) = axes.time_ms;
+    let z = Sizes::of(width);
+    svg(title, (width, z.px(360.0)), |root| {
+        let lo = axes.time_ms.lo;
         let keys = phase_keys(n, width);
         let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 22))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
+            .caption(title, z.font(24.0))
+            .margin(z.px(12.0))
+            .x_label_area_size(z.px(46.0))
+            .y_label_area_size(z.px(72.0))
             .build_cartesian_2d(
                 keyed(RangedCoordf64::from(0f64..n as f64), keys),
-                (lo..hi).log_scale(),
+                axes.time_ms.coord(),
             )?;
         categorical_mesh(
             &mut chart,
-            (
-                "phase (load = model_load, cold = cold_forward, warm N = warm_forward #N)",
-                "time (ms, log scale)",
-            ),
+            ("phase", &format!("time (ms, {})", axes.time_ms.says())),
             &labels,
+            z,
         )?;
         let (w0, w1) = if has_device { (0.1, 0.5) } else { (0.2, 0.8) };
         chart
@@ -316,7 +441,7 @@ pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportEr
                 .label("device (CUDA events)")
                 .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], DEVICE.filled()));
         }
-        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
         Ok(())
     })
 }
@@ -329,19 +454,21 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
     let unit = axes.memory;
     let title = "Memory per phase: allocated and reserved";
     let width = width_for(n);
-    svg(title, (width, 400), |root| {
+    let z = Sizes::of(width);
+    svg(title, (width, z.px(400.0)), |root| {
         let top = axes.memory_max / unit.scale * 1.75;
         let keys = phase_keys(n, width);
         let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 22))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
+            .caption(title, z.font(24.0))
+            .margin(z.px(12.0))
+            .x_label_area_size(z.px(46.0))
+            .y_label_area_size(z.px(72.0))
             .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
         categorical_mesh(
             &mut chart,
             ("phase", &format!("bytes ({}, linear)", unit.name)),
             &labels,
+            z,
         )?;
         for (k, (color, name)) in MEMORY.iter().enumerate() {
             let bar = 0.8 / 6.0;
@@ -366,7 +493,7 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
                     Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
                 });
         }
-        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft, z)?;
         Ok(())
     })
 }
@@ -380,11 +507,12 @@ pub(crate) struct Series {
     pub dashed: bool,
 }
 
-/// A log-log line chart with a tick at every x value the series have.
+/// A line chart with a tick at every x value the series have; each axis fitted to the data
+/// (logarithmic where it spans a decade or more, else linear), which its title says.
 pub(crate) fn line_chart(
     title: &str,
-    x_desc: &str,
-    y_desc: &str,
+    x_name: &str,
+    y_name: &str,
     series: &[Series],
 ) -> Result<String, ReportError> {
     let mut xs: Vec<f64> = series
@@ -396,30 +524,45 @@ pub(crate) fn line_chart(
     xs.dedup();
     let stride = xs.len().div_ceil(12).max(1);
     let keys: Vec<f64> = xs.iter().step_by(stride).copied().collect();
-    let (x_lo, x_hi) = match (xs.first(), xs.last()) {
-        (Some(a), Some(b)) => (a / 1.3, b * 1.3),
-        _ => (1.0, 10.0),
+    let x = match (xs.first(), xs.last()) {
+        (Some(&a), Some(&b)) if b / a >= 10.0 => Fit {
+            log: true,
+            lo: a / 1.3,
+            hi: b * 1.3,
+        },
+        (Some(&a), Some(&b)) => {
+            let pad = (b - a).max(a * 0.1) * 0.08;
+            Fit {
+                log: false,
+                lo: (a - pad).max(0.0),
+                hi: b + pad,
+            }
+        }
+        _ => Fit {
+            log: false,
+            lo: 0.0,
+            hi: 1.0,
+        },
     };
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
-    let (y_lo, y_hi) = log_range(ys, 4.0);
-    svg(title, (640, 400), |root| {
+    let y = fit(ys, 4.0, false);
+    let width = 640;
+    let z = Sizes::of(width);
+    svg(title, (width, 400), |root| {
         let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 22))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
-            .build_cartesian_2d(
-                keyed(LogCoord::from((x_lo..x_hi).log_scale()), keys),
-                (y_lo..y_hi).log_scale(),
-            )?;
+            .caption(title, z.font(24.0))
+            .margin(z.px(12.0))
+            .x_label_area_size(z.px(46.0))
+            .y_label_area_size(z.px(72.0))
+            .build_cartesian_2d(keyed(x.coord(), keys), y.coord())?;
         chart
             .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
+            .x_desc(format!("{x_name} ({})", x.says()))
+            .y_desc(format!("{y_name} ({})", y.says()))
             .x_label_formatter(&|v| tick(*v))
             .y_label_formatter(&|v| tick(*v))
-            .label_style((FONT, 15))
-            .axis_desc_style((FONT, 15))
+            .label_style(z.font(BASE_FONT))
+            .axis_desc_style(z.font(BASE_FONT))
             .draw()?;
         for s in series {
             let style = s.color.stroke_width(2);
@@ -439,7 +582,7 @@ pub(crate) fn line_chart(
             });
             chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
         }
-        legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
+        legend(&mut chart, SeriesLabelPosition::UpperLeft, z)?;
         Ok(())
     })
 }
@@ -482,15 +625,17 @@ pub(crate) fn probe_bars(
     let has_reference = groups
         .iter()
         .any(|g| g.bars.iter().any(|b| b.reference.is_some()));
-    svg(title, (width_for(n * devices.len().max(1)), 400), |root| {
+    let width = width_for(n * devices.len().max(1));
+    let z = Sizes::of(width);
+    svg(title, (width, z.px(400.0)), |root| {
         let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
         let mut chart = ChartBuilder::on(root)
-            .caption(title, (FONT, 22))
-            .margin(12)
-            .x_label_area_size(42)
-            .y_label_area_size(64)
+            .caption(title, z.font(24.0))
+            .margin(z.px(12.0))
+            .x_label_area_size(z.px(46.0))
+            .y_label_area_size(z.px(72.0))
             .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
-        categorical_mesh(&mut chart, ("figure", y_desc), &labels)?;
+        categorical_mesh(&mut chart, ("figure", y_desc), &labels, z)?;
         let bar = 0.8 / per_group;
         for (d, name) in devices.iter().enumerate() {
             let color = PALETTE[d % PALETTE.len()];
@@ -524,7 +669,7 @@ pub(crate) fn probe_bars(
                     PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
                 });
         }
-        legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+        legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
         Ok(())
     })
 }
@@ -543,6 +688,37 @@ mod tests {
         assert!(scale_groups(&[]).is_empty());
         // Zero (a run with no allocation) groups as one byte, never divides by zero.
         assert_eq!(scale_groups(&[0.0, 5.0, 100.0]), [0, 0, 1]);
+    }
+
+    #[test]
+    fn axes_fit_the_data_linear_under_a_decade_log_from_one() {
+        // 2 to 9: under a decade, linear, no empty decade below or above.
+        let f = fit([2.0, 5.0, 9.0].into_iter(), 4.0, false);
+        assert!(
+            !f.log && f.lo > 0.0 && f.lo < 2.0 && f.hi > 9.0 && f.hi < 20.0,
+            "{f:?}"
+        );
+        // Bars start at zero.
+        assert_eq!(fit([2.0, 9.0].into_iter(), 3.0, true).lo, 0.0);
+        // 0.003 to 40: log, from just under the smallest to the headroom over the largest.
+        let f = fit([0.003, 40.0].into_iter(), 3.0, true);
+        assert!(
+            f.log && f.lo > 0.002 && f.lo < 0.003 && f.hi == 120.0,
+            "{f:?}"
+        );
+        // Nothing positive: a plain unit axis.
+        assert!(!fit([0.0, f64::NAN].into_iter(), 3.0, false).log);
+    }
+
+    #[test]
+    fn a_chart_is_never_shown_so_narrow_its_text_is_under_11_px() {
+        for width in [600, 640, 900, 1200] {
+            let k = Sizes::of(width).k;
+            let smallest = BASE_FONT / SVG_FONT_RATIO * k * min_width(width) as f64 / width as f64;
+            assert!(smallest >= MIN_TEXT_PX, "{width}: {smallest}");
+        }
+        // Wider charts scale their text up, so all of them may shrink to about the same width.
+        assert!(min_width(1200).abs_diff(min_width(640)) <= 2);
     }
 
     #[test]

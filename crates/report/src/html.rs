@@ -8,7 +8,7 @@ use serde_json::Value;
 use sweep::summary::{Row, Status};
 
 use crate::charts::{self, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
-use crate::load::{Inputs, Probe, ReportError, Run, Sweep};
+use crate::load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep};
 use crate::units::{bytes, bytes_unit, figure as number, flops_unit, tick};
 
 /// What the page says about itself.
@@ -48,20 +48,32 @@ const STYLE: &str = "
 .iteragpu-report h2 { font-size: 1.3em; border-bottom: 1px solid #ccc; padding-bottom: 4px; margin-top: 28px; }
 .iteragpu-report h3 { font-size: 1.05em; margin: 0 0 6px; word-break: break-all; }
 .iteragpu-report .meta, .iteragpu-report .note { color: #555; font-size: 0.9em; }
+.iteragpu-report p, .iteragpu-report li, .iteragpu-report h4 { overflow-wrap: anywhere; }
 .iteragpu-report .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr)); gap: 16px; }
 .iteragpu-report .grid > * { min-width: 0; }
 .iteragpu-report .card { border: 1px solid #ddd; border-radius: 6px; padding: 12px; min-width: 0; }
-.iteragpu-report figure { margin: 8px 0; }
+.iteragpu-report figure { margin: 8px 0; overflow-x: auto; }
 .iteragpu-report figure svg { display: block; max-width: 100%; height: auto; }
-.iteragpu-report table { border-collapse: collapse; font-size: 0.85em; margin: 8px 0; display: block; max-width: 100%; overflow-x: auto; }
+.iteragpu-report .scroll { max-width: 100%; overflow-x: auto; margin: 8px 0; }
+.iteragpu-report table { border-collapse: collapse; font-size: 0.85em; }
 .iteragpu-report th, .iteragpu-report td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
-.iteragpu-report td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.iteragpu-report td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 .iteragpu-report th { background: #f4f4f4; }
 .iteragpu-report .badge { display: inline-block; background: #fff3cd; border: 1px solid #e0c36a; border-radius: 4px; padding: 2px 6px; font-size: 0.85em; }
 .iteragpu-report .bad { color: #a4000f; font-weight: 600; }
-.iteragpu-report dl { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; font-size: 0.88em; margin: 6px 0; }
+.iteragpu-report dl { display: grid; grid-template-columns: minmax(6em, max-content) minmax(0, 1fr); gap: 2px 12px; font-size: 0.88em; margin: 6px 0; }
 .iteragpu-report dt { color: #555; }
-.iteragpu-report dd { margin: 0; }
+.iteragpu-report dd { margin: 0; overflow-wrap: anywhere; }
+.iteragpu-report .money td.num { font-weight: 600; }
+.iteragpu-report .money td.num::before { font-weight: normal; }
+@media (max-width: 700px) {
+  .iteragpu-report table, .iteragpu-report tbody, .iteragpu-report tr, .iteragpu-report td { display: block; width: 100%; box-sizing: border-box; }
+  .iteragpu-report tr.head { display: none; }
+  .iteragpu-report tr { border: 1px solid #ccc; border-radius: 4px; margin: 0 0 8px; }
+  .iteragpu-report td, .iteragpu-report td.num { display: grid; grid-template-columns: 42% minmax(0, 1fr); gap: 8px; border: none;
+    border-bottom: 1px solid #eee; text-align: left; white-space: normal; overflow-wrap: anywhere; }
+  .iteragpu-report td::before { content: attr(data-label); color: #555; }
+}
 ";
 
 /// Renders the page.
@@ -69,7 +81,7 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
     let mut body = String::new();
     let _ = write!(
         body,
-        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s){}; written by {} at {}. \
+        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s){}{}; written by {} at {}. \
          Bytes use binary prefixes (KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup>, GiB = 2<sup>30</sup> bytes); \
          <code>allocated</code> is part of <code>reserved</code>: never add them.</p>\n",
         inputs.runs.len(),
@@ -78,6 +90,11 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
             String::new()
         } else {
             format!(", {} probe(s)", inputs.probes.len())
+        },
+        if inputs.money.is_empty() {
+            String::new()
+        } else {
+            format!(", {} cost document(s)", inputs.money.len())
         },
         escape(&meta.tool),
         escape(&meta.generated_utc)
@@ -91,7 +108,7 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         let _ = write!(
             body,
             "<section id=\"runs\">\n<h2>Runs</h2>\n<p class=\"note\">Every run shares one time axis \
-             (log scale). Runs whose peak memory is within {}x of each other share a memory scale; \
+             (logarithmic where the times span a decade or more). Runs whose peak memory is within {}x of each other share a memory scale; \
              a run further from the others has its own, as its chart's note says.</p>\n<div class=\"grid\">\n",
             charts::SHARED_SCALE_FACTOR
         );
@@ -113,6 +130,9 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
             probe_card(&mut body, probe)?;
         }
         body.push_str("</div>\n</section>\n");
+    }
+    if !inputs.money.is_empty() {
+        money_section(&mut body, &inputs.money);
     }
     environment_table(&mut body, inputs);
     Ok(format!(
@@ -213,9 +233,11 @@ fn run_card(
     }
     out.push_str("</dl>\n");
     let time_caption = if doc.phases.iter().any(|p| p.device_seconds.is_some()) {
-        "Wall clock (host, around the synchronized region) next to device time (CUDA events)."
+        "Wall clock (host, around the synchronized region) next to device time (CUDA events). \
+         Phases: load = model_load, cold = cold_forward, warm N = warm_forward #N."
     } else {
-        "Wall clock only: this device has no device clock (device time is null)."
+        "Wall clock only: this device has no device clock (device time is null). \
+         Phases: load = model_load, cold = cold_forward, warm N = warm_forward #N."
     };
     figure(
         out,
@@ -365,9 +387,9 @@ fn probe_card(out: &mut String, probe: &Probe) -> Result<(), ReportError> {
             }
         }
     }
-    out.push_str("<table>\n<tr><th>device</th><th>figure</th><th>measured</th><th>datasheet</th><th>of datasheet</th></tr>\n");
+    table_head(out, "", &PROBE_COLUMNS);
     out.push_str(&rows);
-    out.push_str("</table>\n");
+    out.push_str("</table>\n</div>\n");
     let warnings: Vec<_> = doc
         .findings
         .iter()
@@ -442,15 +464,52 @@ fn probe_row(
         ),
         None => ("-".to_string(), "-".to_string(), "num"),
     };
-    let _ = writeln!(
+    table_row(
         rows,
-        "<tr><td>{}</td><td>{}</td><td class=\"num\">{} {unit}</td><td class=\"num\">{}</td><td class=\"{class}\">{}</td></tr>",
-        escape(device),
-        escape(figure),
-        number(value, 1),
-        escape(&reference),
-        escape(&percent)
+        &PROBE_COLUMNS,
+        &[
+            ("", escape(device)),
+            ("", escape(figure)),
+            ("num", format!("{} {unit}", number(value, 1))),
+            ("num", escape(&reference)),
+            (class, escape(&percent)),
+        ],
     );
+}
+
+const PROBE_COLUMNS: [&str; 5] = ["device", "figure", "measured", "datasheet", "of datasheet"];
+
+/// Opens a table (in a frame that scrolls sideways where the table is wider than the page) with
+/// its header row. On a narrow screen the style stacks the rows instead: each cell on its own
+/// line, named by its `data-label`.
+fn table_head(out: &mut String, class: &str, columns: &[&str]) {
+    let _ = write!(
+        out,
+        "<div class=\"scroll{}{class}\">\n<table>\n<tr class=\"head\">",
+        if class.is_empty() { "" } else { " " }
+    );
+    for c in columns {
+        let _ = write!(out, "<th>{}</th>", escape(c));
+    }
+    out.push_str("</tr>\n");
+}
+
+/// One row: (class, escaped HTML) per cell, each labelled by its column for the stacked view.
+fn table_row(out: &mut String, columns: &[&str], cells: &[(&str, String)]) {
+    out.push_str("<tr>");
+    for (column, (class, html)) in columns.iter().zip(cells) {
+        let class = if class.is_empty() {
+            String::new()
+        } else {
+            format!(" class=\"{class}\"")
+        };
+        let _ = write!(
+            out,
+            "<td data-label=\"{}\"{class}>{html}</td>",
+            escape(column)
+        );
+    }
+    out.push_str("</tr>\n");
 }
 
 fn ok_rows(sweep: &Sweep) -> impl Iterator<Item = &Row> {
@@ -537,7 +596,7 @@ fn sweeps(out: &mut String, sweeps: &[Sweep]) -> Result<(), ReportError> {
                 dashed: false,
             });
         }
-        let x_desc = format!("{dim} (log scale)");
+        let x_desc = dim.to_string();
         figure(
             out,
             "sweep-time",
@@ -545,7 +604,7 @@ fn sweeps(out: &mut String, sweeps: &[Sweep]) -> Result<(), ReportError> {
             &charts::line_chart(
                 &format!("Warm forward time against {dim}"),
                 &x_desc,
-                "median time (ms, log scale)",
+                "median time in ms",
                 &time,
             )?,
         );
@@ -556,7 +615,7 @@ fn sweeps(out: &mut String, sweeps: &[Sweep]) -> Result<(), ReportError> {
             &charts::line_chart(
                 &format!("Peak memory against {dim}"),
                 &x_desc,
-                &format!("bytes ({}, log scale)", mem_unit.name),
+                &format!("bytes in {}", mem_unit.name),
                 &memory,
             )?,
         );
@@ -567,7 +626,7 @@ fn sweeps(out: &mut String, sweeps: &[Sweep]) -> Result<(), ReportError> {
             &charts::line_chart(
                 &format!("Achieved throughput against {dim}"),
                 &x_desc,
-                &format!("{} (log scale)", flops_unit.name),
+                flops_unit.name,
                 &flops,
             )?,
         );
@@ -580,66 +639,315 @@ fn sweeps(out: &mut String, sweeps: &[Sweep]) -> Result<(), ReportError> {
 }
 
 fn sweep_table(out: &mut String, s: &Sweep) {
-    let _ = writeln!(
-        out,
-        "<h4>{}</h4>\n<table>\n<tr><th>{}</th><th>batch</th><th>context</th><th>width</th><th>hidden</th><th>dtype</th><th>status</th><th>wall median</th><th>device median</th><th>achieved</th><th>peak allocated</th><th>peak reserved</th><th>check</th><th>reason</th><th>file</th></tr>",
-        escape(&s.label),
-        escape(s.dimension().unwrap_or("value"))
-    );
+    let _ = writeln!(out, "<h4>{}</h4>", escape(&s.label));
+    let columns = [
+        s.dimension().unwrap_or("value"),
+        "batch",
+        "context",
+        "width",
+        "hidden",
+        "dtype",
+        "status",
+        "wall median",
+        "device median",
+        "achieved",
+        "peak allocated",
+        "peak reserved",
+        "check",
+        "reason",
+        "file",
+    ];
+    table_head(out, "", &columns);
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
     for r in &s.rows {
-        let class = if r.status == Status::Ok {
-            ""
-        } else {
-            " class=\"bad\""
+        let status = if r.status == Status::Ok { "" } else { "bad" };
+        let num = |v: usize| ("num", v.to_string());
+        table_row(
+            out,
+            &columns,
+            &[
+                num(r.value),
+                num(r.batch),
+                num(r.context),
+                num(r.width),
+                num(r.hidden),
+                ("", escape(&r.dtype.to_string())),
+                (status, r.status.name().to_string()),
+                (
+                    "num",
+                    opt(r
+                        .warm_forward_median_wall_seconds
+                        .map(|t| format!("{} ms", tick(t * 1e3)))),
+                ),
+                (
+                    "num",
+                    opt(r
+                        .warm_forward_median_device_seconds
+                        .map(|t| format!("{} ms", tick(t * 1e3)))),
+                ),
+                (
+                    "num",
+                    opt(r.achieved_flops_per_second.map(|f| {
+                        let u = flops_unit(f);
+                        format!("{} {}", tick(f / u.scale), u.name)
+                    })),
+                ),
+                ("num", opt(r.peak_allocated_bytes.map(bytes))),
+                ("num", opt(r.peak_reserved_bytes.map(bytes))),
+                (
+                    "",
+                    opt(r
+                        .check_passed
+                        .map(|p| if p { "passed" } else { "FAILED" }.to_string())),
+                ),
+                ("", escape(&r.reason)),
+                ("", escape(&r.file)),
+            ],
+        );
+    }
+    out.push_str("</table>\n</div>\n");
+}
+
+const MONEY_COLUMNS: [&str; 5] = [
+    "package",
+    "GPU",
+    "price",
+    "accepted results",
+    "price per accepted result",
+];
+
+/// Whole cents as money: `USD 1646.00`.
+fn cents(c: u64, currency: &str) -> String {
+    format!("{currency} {}.{:02}", c / 100, c % 100)
+}
+
+/// A decimal number of cents (a string, as the documents write it, or a number) as money with
+/// `places` decimals: `137.1667` cents at 6 places reads `USD 1.371667`.
+fn decimal_cents(v: &Value, currency: &str, places: usize) -> Option<String> {
+    let c = match v {
+        Value::String(s) => s.parse::<f64>().ok()?,
+        Value::Number(n) => n.as_f64()?,
+        _ => return None,
+    };
+    c.is_finite()
+        .then(|| format!("{currency} {:.places$}", c / 100.0))
+}
+
+/// `h100-sxm: 30 days x 1 lot`.
+fn package(doc: &Value) -> String {
+    let s = |k: &str| {
+        doc.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or("?")
+            .to_string()
+    };
+    let n = |k: &str| doc.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let lots = n("lots");
+    let gpus = match doc.get("total_gpus").and_then(Value::as_u64) {
+        Some(g) => format!(" ({g} GPU{})", if g == 1 { "" } else { "s" }),
+        None => String::new(),
+    };
+    format!(
+        "{}: {} days x {lots} lot{}{gpus}",
+        s("gpu"),
+        n("days"),
+        if lots == 1 { "" } else { "s" }
+    )
+}
+
+/// One row of the money table from a price document, a fit option or a rental.
+fn money_row(
+    out: &mut String,
+    doc: &Value,
+    accepted: Option<u64>,
+    unit: Option<&Value>,
+    why: Option<&str>,
+) {
+    let currency = doc.get("currency").and_then(Value::as_str).unwrap_or("?");
+    let example = doc.get("example").and_then(Value::as_bool).unwrap_or(false)
+        || doc
+            .get("example_price")
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+        || doc
+            .get("source")
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.starts_with("example price"));
+    let mark = if example { " (example price)" } else { "" };
+    let price = doc
+        .get("total_price_cents")
+        .and_then(Value::as_u64)
+        .map_or("-".to_string(), |c| format!("{}{mark}", cents(c, currency)));
+    let per = unit
+        .and_then(|u| decimal_cents(u, currency, 6))
+        .map(|p| format!("{p}{mark}"))
+        .or_else(|| why.map(str::to_string))
+        .unwrap_or_else(|| "-".to_string());
+    let model = doc.get("model").and_then(Value::as_str).unwrap_or("-");
+    table_row(
+        out,
+        &MONEY_COLUMNS,
+        &[
+            ("", escape(&package(doc))),
+            ("", escape(model)),
+            ("num", escape(&price)),
+            ("num", accepted.map_or("-".to_string(), |a| a.to_string())),
+            ("num", escape(&per)),
+        ],
+    );
+}
+
+/// What the reader pays: each price, fit and ledger document as a table of packages, their
+/// prices and the price per accepted result where the document knows the accepted results.
+fn money_section(out: &mut String, money: &[Money]) {
+    out.push_str("<section id=\"cost\">\n<h2>Cost</h2>\n<p class=\"note\">Packages and their prices from <code>iteragpu price</code>, <code>fit</code> and <code>cost</code> documents. The price per accepted result is the package's whole price over the results the protocol accepted (a ledger), or over the results a price was asked for (<code>price --accepted-results</code>); a fit knows no results, only the price.</p>\n");
+    for m in money {
+        let doc = &m.doc;
+        let str_of = |k: &str| doc.get(k).and_then(Value::as_str).unwrap_or("-");
+        let (title, note) = match m.kind {
+            MoneyKind::Price => ("price", format!("catalogue {}", str_of("catalogue"))),
+            MoneyKind::Fit => (
+                "fit",
+                format!(
+                    "model {}: {} parameters, {} needed; catalogue {}",
+                    str_of("model"),
+                    doc.get("parameters").and_then(Value::as_u64).unwrap_or(0),
+                    doc.get("estimate")
+                        .and_then(|e| e.get("total_bytes"))
+                        .and_then(Value::as_u64)
+                        .map_or("-".to_string(), bytes),
+                    str_of("catalogue")
+                ),
+            ),
+            MoneyKind::Ledger => (
+                "ledger",
+                format!(
+                    "grid {}: {} run(s); catalogue {}",
+                    str_of("results"),
+                    doc.get("runs").and_then(Value::as_u64).unwrap_or(0),
+                    str_of("catalogue")
+                ),
+            ),
         };
         let _ = writeln!(
             out,
-            "<tr><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td{class}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            r.value,
-            r.batch,
-            r.context,
-            r.width,
-            r.hidden,
-            r.dtype,
-            r.status.name(),
-            opt(r
-                .warm_forward_median_wall_seconds
-                .map(|t| format!("{} ms", tick(t * 1e3)))),
-            opt(r
-                .warm_forward_median_device_seconds
-                .map(|t| format!("{} ms", tick(t * 1e3)))),
-            opt(r.achieved_flops_per_second.map(|f| {
-                let u = flops_unit(f);
-                format!("{} {}", tick(f / u.scale), u.name)
-            })),
-            opt(r.peak_allocated_bytes.map(bytes)),
-            opt(r.peak_reserved_bytes.map(bytes)),
-            opt(r
-                .check_passed
-                .map(|p| if p { "passed" } else { "FAILED" }.to_string())),
-            escape(&r.reason),
-            escape(&r.file),
+            "<article class=\"card money\" data-money=\"{title}\">\n<h3>{}</h3>\n<p class=\"note\">{} document; {}</p>",
+            escape(&m.label),
+            title,
+            escape(&note)
         );
+        table_head(out, "money", &MONEY_COLUMNS);
+        match m.kind {
+            MoneyKind::Price => {
+                let accepted = doc.get("accepted_results").and_then(Value::as_u64);
+                let why = accepted
+                    .is_none()
+                    .then_some("not asked (price --accepted-results N)");
+                money_row(out, doc, accepted, doc.get("unit_price_cents"), why);
+            }
+            MoneyKind::Fit => {
+                let options = doc.get("options").and_then(Value::as_array);
+                for o in options.into_iter().flatten() {
+                    if o.get("fits").and_then(Value::as_bool) == Some(false) {
+                        continue;
+                    }
+                    let per_day = o
+                        .get("price_per_gpu_day_cents")
+                        .and_then(|v| {
+                            decimal_cents(
+                                v,
+                                o.get("currency").and_then(Value::as_str).unwrap_or("?"),
+                                2,
+                            )
+                        })
+                        .map(|p| format!("no results to divide by; {p} per GPU-day"));
+                    money_row(out, o, None, None, per_day.as_deref());
+                }
+            }
+            MoneyKind::Ledger => {
+                let rentals = doc.get("rentals").and_then(Value::as_array);
+                for r in rentals.into_iter().flatten() {
+                    let mut row = r.clone();
+                    if let (Some(name), Some(o)) =
+                        (r.get("rental").and_then(Value::as_str), row.as_object_mut())
+                    {
+                        let gpu = o.get("gpu").and_then(Value::as_str).unwrap_or("?");
+                        o.insert("gpu".into(), Value::String(format!("rental {name}, {gpu}")));
+                    }
+                    money_row(
+                        out,
+                        &row,
+                        r.get("accepted_units").and_then(Value::as_u64),
+                        r.get("unit_price_cents"),
+                        r.get("no_unit_price").and_then(Value::as_str),
+                    );
+                }
+                let totals = doc.get("totals").and_then(Value::as_array);
+                for t in totals.into_iter().flatten() {
+                    let currency = t.get("currency").and_then(Value::as_str).unwrap_or("?");
+                    let total = t.get("total_price_cents").and_then(Value::as_u64);
+                    let per = t
+                        .get("unit_price_cents")
+                        .and_then(|u| decimal_cents(u, currency, 6));
+                    table_row(
+                        out,
+                        &MONEY_COLUMNS,
+                        &[
+                            (
+                                "",
+                                escape(&format!(
+                                    "all {} rental(s)",
+                                    t.get("rentals").and_then(Value::as_u64).unwrap_or(0)
+                                )),
+                            ),
+                            ("", "-".to_string()),
+                            ("num", total.map_or("-".to_string(), |c| cents(c, currency))),
+                            (
+                                "num",
+                                t.get("accepted_units")
+                                    .and_then(Value::as_u64)
+                                    .map_or("-".to_string(), |a| a.to_string()),
+                            ),
+                            (
+                                "num",
+                                escape(
+                                    &per.or_else(|| {
+                                        t.get("no_unit_price")
+                                            .and_then(Value::as_str)
+                                            .map(str::to_string)
+                                    })
+                                    .unwrap_or_else(|| "-".to_string()),
+                                ),
+                            ),
+                        ],
+                    );
+                }
+            }
+        }
+        out.push_str("</table>\n</div>\n</article>\n");
     }
-    out.push_str("</table>\n");
+    out.push_str("</section>\n");
 }
 
-/// The environment as (key, value) rows: the typed header, then every detail flattened.
+/// The environment as labelled facts: the typed header, then every detail under a readable
+/// name, with its unit (`host_memory.total_bytes: 17314432` reads "Host memory, total 16.51 MiB").
 fn environment_rows(env: &Environment) -> Vec<(String, String)> {
     let mut rows = vec![
-        ("backend".to_string(), env.backend.clone()),
+        ("Backend".to_string(), env.backend.clone()),
         (
-            "reference device".to_string(),
+            "Reference device".to_string(),
             if env.reference_device {
                 "yes: the CPU, not a GPU".to_string()
             } else {
                 "no".to_string()
             },
         ),
-        ("usable".to_string(), env.usable.to_string()),
         (
-            "tool".to_string(),
+            "Usable".to_string(),
+            if env.usable { "yes" } else { "no" }.to_string(),
+        ),
+        (
+            "Tool".to_string(),
             format!(
                 "{} {}{}",
                 env.tool.name,
@@ -653,36 +961,85 @@ fn environment_rows(env: &Environment) -> Vec<(String, String)> {
         ),
     ];
     if let Some(p) = &env.problem {
-        rows.push(("problem".to_string(), p.clone()));
+        rows.push(("Problem".to_string(), p.clone()));
     }
-    flatten(&env.details, "", &mut rows);
+    flatten(&env.details, &[], &mut rows);
     rows
 }
 
-fn flatten(v: &Value, prefix: &str, out: &mut Vec<(String, String)>) {
-    let key = |k: &str| {
-        if prefix.is_empty() {
-            k.to_string()
-        } else {
-            format!("{prefix}.{k}")
+/// A key's words, with the usual acronyms in capitals: `gpu_uuid` reads "GPU UUID".
+fn words(key: &str) -> String {
+    key.split(['_', '-'])
+        .filter(|w| !w.is_empty())
+        .map(|w| match w.to_ascii_lowercase().as_str() {
+            "gpu" | "cpu" | "os" | "uuid" | "pci" | "pcie" | "cuda" | "nvml" | "sm" | "id"
+            | "gemm" | "ecc" | "mig" | "bf16" | "tf32" | "blas" => w.to_ascii_uppercase(),
+            "cublas" => "cuBLAS".to_string(),
+            "cublaslt" => "cuBLASLt".to_string(),
+            _ => w.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A fact's label from its path: the words of each part, the first capitalised.
+fn label(path: &[String]) -> String {
+    let mut s = path.join(", ");
+    if let Some(c) = s.chars().next() {
+        s.replace_range(..c.len_utf8(), &c.to_uppercase().to_string());
+    }
+    s
+}
+
+/// Units read from a key's suffix: what the value is shown as, and the key without it.
+fn with_unit(key: &str, v: &Value) -> (String, Option<String>) {
+    let n = v.as_f64();
+    let strip = |suffix: &str| key.strip_suffix(suffix).map(str::to_string);
+    if let (Some(k), Some(b)) = (strip("_bytes"), v.as_u64()) {
+        return (k, Some(bytes(b)));
+    }
+    for (suffix, unit, scale) in [
+        ("_mib", "MiB", 1.0),
+        ("_gib", "GiB", 1.0),
+        ("_seconds", "s", 1.0),
+        ("_ms", "ms", 1.0),
+        ("_mhz", "MHz", 1.0),
+        ("_watts", "W", 1.0),
+        ("_celsius", "°C", 1.0),
+        ("_percent", "%", 1.0),
+    ] {
+        if let (Some(k), Some(x)) = (strip(suffix), n) {
+            return (k, Some(format!("{} {unit}", tick(x * scale))));
         }
-    };
+    }
+    (key.to_string(), None)
+}
+
+fn flatten(v: &Value, path: &[String], out: &mut Vec<(String, String)>) {
     match v {
         Value::Object(m) => {
             for (k, v) in m {
-                flatten(v, &key(k), out);
+                let (k, shown) = with_unit(k, v);
+                let mut p = path.to_vec();
+                p.push(words(&k));
+                match shown {
+                    Some(s) => out.push((label(&p), s)),
+                    None => flatten(v, &p, out),
+                }
             }
         }
         Value::Array(a) if a.iter().all(|x| !x.is_object() && !x.is_array()) => {
             let items: Vec<String> = a.iter().map(scalar).collect();
-            out.push((prefix.to_string(), items.join(", ")));
+            out.push((label(path), items.join(", ")));
         }
         Value::Array(a) => {
             for (i, v) in a.iter().enumerate() {
-                flatten(v, &format!("{prefix}[{i}]"), out);
+                let mut p = path.to_vec();
+                p.push(format!("#{}", i + 1));
+                flatten(v, &p, out);
             }
         }
-        other => out.push((prefix.to_string(), scalar(other))),
+        other => out.push((label(path), scalar(other))),
     }
 }
 
@@ -690,10 +1047,13 @@ fn scalar(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".to_string(),
+        Value::Bool(true) => "yes".to_string(),
+        Value::Bool(false) => "no".to_string(),
         other => other.to_string(),
     }
 }
 
+/// One card of labelled facts per run (a sweep shows its first point's).
 fn environment_table(out: &mut String, inputs: &Inputs) {
     let mut columns: Vec<(String, Vec<(String, String)>)> = Vec::new();
     for s in &inputs.sweeps {
@@ -710,31 +1070,19 @@ fn environment_table(out: &mut String, inputs: &Inputs) {
     if columns.is_empty() {
         return;
     }
-    let mut keys: Vec<&str> = Vec::new();
-    for (_, rows) in &columns {
-        for (k, _) in rows {
-            if !keys.contains(&k.as_str()) {
-                keys.push(k);
-            }
+    out.push_str("<section id=\"environment\">\n<h2>Environment</h2>\n<p class=\"note\">What each run saw, as its document records it (a sweep shows its first point's).</p>\n<div class=\"grid\">\n");
+    for (title, rows) in &columns {
+        let _ = writeln!(
+            out,
+            "<article class=\"card environment\">\n<h3>{}</h3>\n<dl>",
+            escape(title)
+        );
+        for (k, v) in rows {
+            let _ = writeln!(out, "<dt>{}</dt><dd>{}</dd>", escape(k), escape(v));
         }
+        out.push_str("</dl>\n</article>\n");
     }
-    out.push_str("<section id=\"environment\">\n<h2>Environment</h2>\n<p class=\"note\">What each run saw, as its document records it (a sweep shows its first point's).</p>\n<div class=\"card\">\n<table>\n<tr><th>field</th>");
-    for (label, _) in &columns {
-        let _ = write!(out, "<th>{}</th>", escape(label));
-    }
-    out.push_str("</tr>\n");
-    for k in keys {
-        let _ = write!(out, "<tr><th>{}</th>", escape(k));
-        for (_, rows) in &columns {
-            let v = rows
-                .iter()
-                .find(|(key, _)| key == k)
-                .map_or("", |(_, v)| v.as_str());
-            let _ = write!(out, "<td>{}</td>", escape(v));
-        }
-        out.push_str("</tr>\n");
-    }
-    out.push_str("</table>\n</div>\n</section>\n");
+    out.push_str("</div>\n</section>\n");
 }
 
 #[cfg(test)]
@@ -763,6 +1111,36 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));
         assert!(page.contains(CSP) && page.contains("iteragpu &lt;test&gt;"));
         assert!(!page.contains("<figure"));
+    }
+
+    #[test]
+    fn environment_facts_are_labelled_with_units() {
+        let details = serde_json::json!({
+            "host_memory": {"total_bytes": 85_520_809_984u64},
+            "gpu": {"name": "NVIDIA H100", "clock_mhz": 1980, "ecc": true},
+            "logical_cpus": 2,
+        });
+        let mut rows = Vec::new();
+        flatten(&details, &[], &mut rows);
+        let find = |k: &str| rows.iter().find(|(l, _)| l == k).map(|(_, v)| v.as_str());
+        assert_eq!(find("Host memory, total"), Some("79.65 GiB"));
+        assert_eq!(find("GPU, name"), Some("NVIDIA H100"));
+        assert_eq!(find("GPU, clock"), Some("1980 MHz"));
+        assert_eq!(find("GPU, ECC"), Some("yes"));
+        assert_eq!(find("Logical cpus"), Some("2"));
+    }
+
+    #[test]
+    fn money_reads_cents_exactly() {
+        assert_eq!(cents(164_600, "USD"), "USD 1646.00");
+        assert_eq!(cents(5, "EUR"), "EUR 0.05");
+        assert_eq!(
+            decimal_cents(&Value::from("137.1667"), "USD", 6).as_deref(),
+            Some("USD 1.371667")
+        );
+        assert_eq!(decimal_cents(&Value::Null, "USD", 6), None);
+        let doc = serde_json::json!({"gpu": "h200", "days": 7, "lots": 2, "total_gpus": 16});
+        assert_eq!(package(&doc), "h200: 7 days x 2 lots (16 GPUs)");
     }
 
     #[test]

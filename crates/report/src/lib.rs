@@ -1,5 +1,5 @@
-//! The IteraGPU Lab report: measurement documents, probe documents and sweep folders turned into
-//! one self-contained HTML page.
+//! The IteraGPU Lab report: measurement, probe, price, fit and ledger documents and sweep
+//! folders turned into one self-contained HTML page.
 //!
 //! The page needs nothing but a browser: charts are inline SVG drawn with plotters' SVG backend
 //! (text stays SVG `<text>`, so no font files are read or embedded), styles are inline, there is
@@ -20,4 +20,4 @@ mod load;
 mod units;
 
 pub use html::{Meta, escape, render};
-pub use load::{Inputs, Probe, ReportError, Run, Sweep, load};
+pub use load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep, load};

@@ -1,4 +1,5 @@
-//! Reading what the report shows: measurement documents, probe documents and sweep folders.
+//! Reading what the report shows: measurement, probe, price, fit and ledger documents, and
+//! sweep folders.
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +18,7 @@ pub const TOTAL_LIMIT: u64 = 64 << 20;
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
     /// A path given does not exist.
-    #[error("{} does not exist; give measurement or probe documents (.json) or sweep folders", .0.display())]
+    #[error("{} does not exist; give measurement, probe, price, fit or cost documents (.json) or sweep folders", .0.display())]
     Missing(PathBuf),
     /// A folder could not be listed.
     #[error("could not read {}: {reason}", .path.display())]
@@ -48,8 +49,9 @@ pub enum ReportError {
         /// The file it names.
         file: String,
     },
-    /// A file is not a measurement document (nor, where one may stand, a probe document).
-    #[error("{} is not a measurement document ({why}); give files written by `iteragpu measure` or `iteragpu probe`", .path.display())]
+    /// A file is not a measurement document (nor, where one may stand, a probe, price, fit or
+    /// ledger document).
+    #[error("{} is not a measurement document ({why}); give files written by `iteragpu measure`, `probe`, or `price`, `fit` and `cost` with --json", .path.display())]
     NotADocument {
         /// The file.
         path: PathBuf,
@@ -108,6 +110,29 @@ impl Sweep {
     }
 }
 
+/// What a money document is: the output of `iteragpu price --json`, `fit --json` or
+/// `cost --json`, told apart by their keys (these documents carry no schema field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MoneyKind {
+    /// `iteragpu price --json`: one package and its price.
+    Price,
+    /// `iteragpu fit --json`: the packages a model fits on, each with its price.
+    Fit,
+    /// `iteragpu cost --json`: the ledger's rentals, their prices and accepted units.
+    Ledger,
+}
+
+/// A price, fit or ledger document, kept as JSON: the page reads only the fields it shows.
+#[derive(Debug, Clone)]
+pub struct Money {
+    /// How the page names it: the path as given.
+    pub label: String,
+    /// Which command wrote it.
+    pub kind: MoneyKind,
+    /// The document.
+    pub doc: serde_json::Value,
+}
+
 /// Everything the page shows.
 #[derive(Debug, Clone, Default)]
 pub struct Inputs {
@@ -117,12 +142,43 @@ pub struct Inputs {
     pub sweeps: Vec<Sweep>,
     /// Probe documents, in the order given.
     pub probes: Vec<Probe>,
+    /// Price, fit and ledger documents, in the order given.
+    pub money: Vec<Money>,
 }
 
-/// A document of either kind.
+/// A document of any kind the report reads.
 enum Document {
     Measurement(Box<MeasurementDocument>),
     Probe(Box<ProbeDocument>),
+    Money(MoneyKind, serde_json::Value),
+}
+
+/// The keys that tell a schema-less money document apart, each with the type it must have.
+fn money_kind(value: &serde_json::Value) -> Option<MoneyKind> {
+    use serde_json::Value as V;
+    let has = |k: &str, f: fn(&V) -> bool| value.get(k).is_some_and(f);
+    let s = |k: &str| has(k, V::is_string);
+    let n = |k: &str| has(k, V::is_u64);
+    if s("results") && s("catalogue") && has("rentals", V::is_array) && has("totals", V::is_array) {
+        Some(MoneyKind::Ledger)
+    } else if s("model")
+        && s("catalogue")
+        && has("estimate", V::is_object)
+        && has("options", V::is_array)
+    {
+        Some(MoneyKind::Fit)
+    } else if s("gpu")
+        && s("currency")
+        && s("catalogue")
+        && n("lot_price_cents")
+        && n("total_price_cents")
+        && n("days")
+        && n("lots")
+    {
+        Some(MoneyKind::Price)
+    } else {
+        None
+    }
 }
 
 /// A summary's `file` cell as a path inside `folder`: a plain file name (no folder part, no
@@ -229,6 +285,7 @@ fn add(inputs: &mut Inputs, path: &Path, budget: &mut Budget) -> Result<(), Repo
     match any_document(path, budget)? {
         Document::Measurement(doc) => inputs.runs.push(Run { label, doc: *doc }),
         Document::Probe(doc) => inputs.probes.push(Probe { label, doc: *doc }),
+        Document::Money(kind, doc) => inputs.money.push(Money { label, kind, doc }),
     }
     Ok(())
 }
@@ -237,9 +294,9 @@ fn add(inputs: &mut Inputs, path: &Path, budget: &mut Budget) -> Result<(), Repo
 fn document(path: &Path, budget: &mut Budget) -> Result<MeasurementDocument, ReportError> {
     match any_document(path, budget)? {
         Document::Measurement(doc) => Ok(*doc),
-        Document::Probe(_) => Err(ReportError::NotADocument {
+        Document::Probe(_) | Document::Money(..) => Err(ReportError::NotADocument {
             path: path.to_path_buf(),
-            why: "it is a probe document, and a sweep's points are measurements".to_string(),
+            why: "it is not a measurement, and a sweep's points are measurements".to_string(),
         }),
     }
 }
@@ -262,6 +319,37 @@ fn any_document(path: &Path, budget: &mut Budget) -> Result<Document, ReportErro
             .map(|d| Document::Probe(Box::new(d)))
             .map_err(|e| not(format!("a probe document that does not read: {e}"))),
         Some(other) => Err(not(format!("its schema is {other:?}"))),
-        None => Err(not("it has no schema".to_string())),
+        None => match money_kind(&value) {
+            Some(kind) => Ok(Document::Money(kind, value)),
+            None => Err(not(
+                "it has no schema, and it is not the output of `iteragpu price --json`, \
+                 `fit --json` or `cost --json`"
+                    .to_string(),
+            )),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn money_documents_are_told_apart_by_their_keys_and_their_types() {
+        let price = json!({"gpu": "h100", "currency": "USD", "catalogue": "embedded",
+            "lot_price_cents": 1, "total_price_cents": 1, "days": 7, "lots": 1});
+        assert_eq!(money_kind(&price), Some(MoneyKind::Price));
+        let fit = json!({"model": "m", "catalogue": "embedded", "estimate": {}, "options": []});
+        assert_eq!(money_kind(&fit), Some(MoneyKind::Fit));
+        let ledger =
+            json!({"results": "r.csv", "catalogue": "embedded", "rentals": [], "totals": []});
+        assert_eq!(money_kind(&ledger), Some(MoneyKind::Ledger));
+        // A price in words, or a key missing: not a document the report reads.
+        let mut wrong = price.clone();
+        wrong["total_price_cents"] = json!("a lot");
+        assert_eq!(money_kind(&wrong), None);
+        assert_eq!(money_kind(&json!({"gpu": "h100"})), None);
+        assert_eq!(money_kind(&json!([1, 2])), None);
     }
 }

@@ -1,5 +1,5 @@
-//! `iteragpu report`: measurement documents, probe documents and sweep folders as one
-//! self-contained HTML page.
+//! `iteragpu report`: measurement, probe, price, fit and ledger documents and sweep folders as
+//! one self-contained HTML page.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,15 +19,19 @@ Examples:
   iteragpu report runs --output report.html
   iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html
   iteragpu report run.json probe.json --output with-probe.html
+  iteragpu price --gpu h100 --days 7 --lots 1 --accepted-results 500 --json > price.json
+  iteragpu report sweeps/width price.json --output with-cost.html
 
 The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a
 Content-Security-Policy forbids every fetch). Runs side by side share their axes. A probe
-document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. A sweep's
+document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. The JSON of
+`iteragpu price`, `fit` and `cost` (--json) adds a cost section: each package, its price and
+the price per accepted result. A sweep's
 documents are read only by the plain file names its summary.csv gives, inside its folder; each
 document is read within 16 MiB and all inputs together within 64 MiB.")]
 pub struct Args {
-    /// Measurement and probe documents (.json) and folders: a folder holding summary.csv is a
-    /// sweep; any other folder contributes every .json document in it.
+    /// Measurement, probe, price, fit and ledger documents (.json) and folders: a folder holding
+    /// summary.csv is a sweep; any other folder contributes every .json document in it.
     #[arg(required = true, value_name = "FILES_OR_DIRS")]
     pub inputs: Vec<PathBuf>,
     /// The HTML file to create; it must not exist yet.
@@ -45,6 +49,8 @@ struct Written {
     runs: usize,
     sweeps: usize,
     probes: usize,
+    /// Price, fit and ledger documents (`price`, `fit` and `cost` with --json).
+    costs: usize,
     charts: usize,
     bytes: usize,
 }
@@ -71,6 +77,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         runs: inputs.runs.len(),
         sweeps: inputs.sweeps.len(),
         probes: inputs.probes.len(),
+        costs: inputs.money.len(),
         charts: html.matches("<figure class=\"chart\"").count(),
         bytes: html.len(),
     };
@@ -83,8 +90,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             String::new()
         };
+        let costs = if written.costs > 0 {
+            format!("{} cost document(s), ", written.costs)
+        } else {
+            String::new()
+        };
         output::print_text(&format!(
-            "wrote {}: {} run(s), {} sweep(s), {probes}{} charts ({} bytes, self-contained)\n",
+            "wrote {}: {} run(s), {} sweep(s), {probes}{costs}{} charts ({} bytes, self-contained)\n",
             written.output.display(),
             written.runs,
             written.sweeps,

@@ -208,7 +208,22 @@ fn refusals() {
         .assert()
         .code(1)
         .stderr(predicate::str::contains(
-            "x.json is not a measurement document (its schema is \"iteragpu.environment/1\"); give files written by `iteragpu measure` or `iteragpu probe`",
+            "x.json is not a measurement document (its schema is \"iteragpu.environment/1\"); give files written by `iteragpu measure`, `probe`, or `price`, `fit` and `cost` with --json",
+        ));
+    // A document without a schema is read only when it has the keys of `price`, `fit` or
+    // `cost` (--json); anything else is refused, naming what it would have to be.
+    std::fs::write(
+        dir.path().join("y.json"),
+        "{\"gpu\": \"h100\", \"total_price_cents\": \"a lot\"}",
+    )
+    .unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "y.json", "--output", "new.html"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "y.json is not a measurement document (it has no schema, and it is not the output of `iteragpu price --json`, `fit --json` or `cost --json`)",
         ));
     std::fs::create_dir(dir.path().join("empty")).unwrap();
     iteragpu()
@@ -494,7 +509,8 @@ fn chromium_renders_every_chart_without_a_console_error() {
         );
     }
     let sweep_time = &charts[0]["texts"];
-    for label in ["16", "32", "64", "width (log scale)", "sweep wall"] {
+    // 16 to 64 is under a decade: a linear axis, which its title says.
+    for label in ["16", "32", "64", "width (linear)", "sweep wall"] {
         assert!(
             sweep_time.as_array().unwrap().iter().any(|t| t == label),
             "{label:?} not in {sweep_time}"
@@ -602,7 +618,7 @@ fn probe_documents_are_drawn_beside_measurements() {
     );
     let cpu_card = &html[html.find("<h3>p.json</h3>").unwrap()..];
     assert!(cpu_card.contains("host memcpy bandwidth only, not a GPU figure"));
-    assert!(cpu_card.contains("<td>host memcpy (CPU)</td>"));
+    assert!(cpu_card.contains("<td data-label=\"figure\">host memcpy (CPU)</td>"));
 }
 
 /// Issue 11, item 15: a sweep's documents are read only by plain file names inside its folder:
@@ -667,4 +683,324 @@ fn a_summary_cannot_make_the_report_read_outside_its_folder() {
         .args(["report", "sweep", "--output", "r.html"])
         .assert()
         .success();
+}
+
+/// Price, fit and ledger documents as their commands write them (`--json`): a price with
+/// accepted results, a fit, and a ledger of one rental whose run is `measurement`.
+fn money(dir: &Path, measurement: &str) {
+    let json = |args: &[&str], file: &str| {
+        let out = iteragpu()
+            .current_dir(dir)
+            .args(args)
+            .arg("--json")
+            .assert()
+            .success()
+            .get_output()
+            .stdout
+            .clone();
+        std::fs::write(dir.join(file), out).unwrap();
+    };
+    json(
+        &[
+            "price",
+            "--gpu",
+            "h100-sxm",
+            "--days",
+            "30",
+            "--lots",
+            "1",
+            "--accepted-results",
+            "1200",
+        ],
+        "price.json",
+    );
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/models/llama-3.1-8b");
+    json(
+        &[
+            "fit",
+            "--model",
+            model.to_str().unwrap(),
+            "--context",
+            "8192",
+            "--days",
+            "30",
+            "--max-gpus",
+            "1",
+        ],
+        "fit.json",
+    );
+    let protocol = crate::ledger::locked_protocol(dir);
+    iteragpu()
+        .current_dir(dir)
+        .args(["record", "--results", "results.csv", "--protocol"])
+        .arg(&protocol)
+        .args(["--measurement", measurement, "--rental", "h200-a"])
+        .args([
+            "--package",
+            "h200:7:1",
+            "--submitted",
+            "500",
+            "--accepted",
+            "473",
+        ])
+        .arg("--allow-device-mismatch")
+        .assert()
+        .success();
+    json(&["cost", "--results", "results.csv"], "cost.json");
+}
+
+#[test]
+fn price_fit_and_ledger_documents_make_a_cost_section() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "measure",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "8",
+        ])
+        .args(["--width", "32", "--repeats", "2", "--output", "a.json"])
+        .assert()
+        .success();
+    money(dir.path(), "a.json");
+    let out = iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "a.json", "price.json", "fit.json", "cost.json"])
+        .args(["--output", "r.html", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let written: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(
+        (&written["runs"], &written["costs"]),
+        (&1.into(), &3.into())
+    );
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    assert!(html.contains("<section id=\"cost\">"));
+    for kind in ["price", "fit", "ledger"] {
+        assert!(html.contains(&format!("data-money=\"{kind}\"")), "{kind}");
+    }
+    // The price: 1646 dollars over 1200 results; the ledger: 605 dollars over 473 accepted.
+    for text in [
+        "h100-sxm: 30 days x 1 lot (1 GPU)",
+        "USD 1646.00 (example price)",
+        "USD 1.371667 (example price)",
+        "rental h200-a, h200: 7 days x 1 lot",
+        "USD 605.00 (example price)",
+        ">473<",
+        "USD 1.279070 (example price)",
+        "all 1 rental(s)",
+        "per GPU-day",
+    ] {
+        assert!(html.contains(text), "{text:?} not in the page");
+    }
+    // The environment as labelled facts with units, not raw keys and byte counts.
+    assert!(
+        html.contains("<dt>Host memory, total</dt><dd>"),
+        "labelled facts"
+    );
+    assert!(!html.contains("host_memory.total_bytes"));
+    // The sentence names the cost documents.
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "a.json", "price.json", "--output", "s.html"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "1 run(s), 0 sweep(s), 1 cost document(s), 2 charts",
+        ));
+}
+
+/// Added to a copy of the page: at the window's width, finds every text under 11 px (HTML text
+/// by its computed size, SVG text by its size times the chart's scale on screen) and every value
+/// cut off: an element whose content is wider than its box, one outside the page that no frame
+/// scrolls to, an SVG text outside its chart, and a page that scrolls sideways.
+const LAYOUT: &str = r#"<script>
+window.addEventListener('load', () => {
+  const problems = [];
+  // Headless Chromium's window is at least 500 px wide: a narrower screen is the page's root
+  // held to that width (the style's narrow-screen rules already apply under 700 px).
+  const target = WIDTH;
+  if (document.documentElement.clientWidth > target) document.documentElement.style.width = target + 'px';
+  const vw = Math.min(target, document.documentElement.clientWidth);
+  const frame = el => {
+    for (let p = el.parentElement; p; p = p.parentElement) {
+      const o = getComputedStyle(p).overflowX;
+      if (o === 'auto' || o === 'scroll') return p;
+    }
+    return null;
+  };
+  const name = el => el.tagName.toLowerCase() + ' "' + el.textContent.trim().slice(0, 50) + '"';
+  let html_texts = 0, svg_texts = 0, smallest = 1e9;
+  for (const el of document.querySelectorAll('body *')) {
+    if (el.closest('svg') || el.closest('#iteragpu-layout') || el.tagName === 'SCRIPT') continue;
+    const own = [...el.childNodes].some(n => n.nodeType === 3 && n.textContent.trim());
+    if (!own && !['TD', 'TH', 'DD', 'DT'].includes(el.tagName)) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0 && r.height === 0) continue;
+    html_texts++;
+    const size = parseFloat(getComputedStyle(el).fontSize);
+    smallest = Math.min(smallest, size);
+    if (size < 11) problems.push('text of ' + size + ' px: ' + name(el));
+    if (el.clientWidth > 0 && el.scrollWidth > el.clientWidth + 1)
+      problems.push('content wider than its box (' + el.scrollWidth + ' > ' + el.clientWidth + '): ' + name(el));
+    const f = frame(el);
+    const box = f ? f.getBoundingClientRect() : { left: 0, right: vw };
+    if (!f && (r.right > vw + 0.5 || r.left < -0.5))
+      problems.push('off the page (' + r.left + '..' + r.right + ' of ' + vw + '): ' + name(el));
+    if (f && (box.right > vw + 0.5 || box.left < -0.5))
+      problems.push('a scrolling frame off the page: ' + name(f));
+  }
+  for (const svg of document.querySelectorAll('svg')) {
+    const vb = svg.viewBox.baseVal;
+    const w = vb && vb.width ? vb.width : svg.width.baseVal.value;
+    const h = vb && vb.height ? vb.height : svg.height.baseVal.value;
+    const scale = svg.getBoundingClientRect().width / w;
+    const f = frame(svg);
+    if (!f) problems.push('a chart in no scrolling frame');
+    for (const t of svg.querySelectorAll('text')) {
+      if (!t.textContent.trim()) continue;
+      svg_texts++;
+      const size = parseFloat(getComputedStyle(t).fontSize) * scale;
+      smallest = Math.min(smallest, size);
+      if (size < 11) problems.push('chart text of ' + size.toFixed(1) + ' px: ' + name(t));
+      const b = t.getBoundingClientRect(), s = svg.getBoundingClientRect();
+      if (b.left < s.left - 0.5 || b.top < s.top - 0.5 || b.right > s.right + 0.5 || b.bottom > s.bottom + 0.5)
+        problems.push('chart text outside its chart: ' + name(t));
+    }
+  }
+  const root = document.querySelector('.iteragpu-report');
+  if (root.scrollWidth > root.clientWidth + 0.5 || root.getBoundingClientRect().right > vw + 0.5)
+    problems.push('the page scrolls sideways: ' + root.scrollWidth + ' > ' + root.clientWidth);
+  const pre = document.createElement('pre');
+  pre.id = 'iteragpu-layout';
+  pre.textContent = JSON.stringify({ viewport: vw, html_texts, svg_texts, smallest, problems });
+  document.body.appendChild(pre);
+});
+</script>"#;
+
+/// The page's policy allows the inline script, which is added before the style; nothing else
+/// changes.
+fn with_script(html: &str, script: &str) -> String {
+    let csp = "content=\"default-src 'none';";
+    assert!(html.contains(csp));
+    html.replacen(
+        csp,
+        "content=\"default-src 'none'; script-src 'unsafe-inline';",
+        1,
+    )
+    .replacen("<style>", &format!("{script}\n<style>"), 1)
+}
+
+/// The JSON a script left in `<pre id="ID">` of a dumped DOM.
+fn dumped(dom: &str, id: &str, log: &str) -> Value {
+    let open = format!("<pre id=\"{id}\">");
+    let start = dom
+        .find(&open)
+        .unwrap_or_else(|| panic!("the script did not run; browser log:\n{log}"))
+        + open.len();
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let text = dom[start..end]
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&amp;", "&");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A phone (390 px) and a desktop (1400 px).
+const WIDTHS: [u32; 2] = [390, 1400];
+
+#[test]
+fn every_value_and_every_text_of_11_px_or_more_at_390_and_1400_px() {
+    let Some(browser) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but no Chromium was found: .ci/run installs Debian's `chromium`");
+        }
+        eprintln!(
+            "SKIPPED every_value_and_every_text_of_11_px_or_more_at_390_and_1400_px: no \
+             chromium on the PATH (apt-get install chromium, or set CHROMIUM); CI always runs it"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    runs(dir.path());
+    money(dir.path(), "a.json");
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-screens");
+    std::fs::create_dir_all(&shots).unwrap();
+    let reports: [(&str, &[&str]); 3] = [
+        ("sweep", &["sweep", "a.json", "c.json"]),
+        ("probe", &["p.json"]),
+        ("cost", &["price.json", "fit.json", "cost.json", "b.json"]),
+    ];
+    let mut failures = Vec::new();
+    for (name, inputs) in reports {
+        let page = dir.path().join(format!("{name}.html"));
+        iteragpu()
+            .current_dir(dir.path())
+            .arg("report")
+            .args(inputs)
+            .arg("--output")
+            .arg(&page)
+            .assert()
+            .success();
+        let html = std::fs::read_to_string(&page).unwrap();
+        for width in WIDTHS {
+            let probed = dir.path().join(format!("{name}-{width}-layout.html"));
+            let script = LAYOUT.replace("WIDTH", &width.to_string());
+            std::fs::write(&probed, with_script(&html, &script)).unwrap();
+            let profile = tempfile::tempdir().unwrap();
+            let (dom, log) = headless(
+                &browser,
+                profile.path(),
+                &[
+                    "--dump-dom".into(),
+                    "--virtual-time-budget=5000".into(),
+                    format!("--window-size={width},2000"),
+                ],
+                &probed,
+            );
+            let layout = dumped(&dom, "iteragpu-layout", &log);
+            assert_eq!(layout["viewport"], width, "{name}: {layout}");
+            assert!(
+                layout["html_texts"].as_u64().unwrap() >= 10,
+                "{name}: {layout}"
+            );
+            if name != "cost" {
+                assert!(
+                    layout["svg_texts"].as_u64().unwrap() >= 8,
+                    "{name}: {layout}"
+                );
+            }
+            for p in layout["problems"].as_array().unwrap() {
+                failures.push(format!("{name} at {width} px: {}", p.as_str().unwrap()));
+            }
+            let shot = shots.join(format!("{name}-{width}.png"));
+            std::fs::remove_file(&shot).ok();
+            let profile = tempfile::tempdir().unwrap();
+            headless(
+                &browser,
+                profile.path(),
+                &[
+                    format!("--screenshot={}", shot.display()),
+                    format!("--window-size={width},3000"),
+                ],
+                &page,
+            );
+            let png = std::fs::read(&shot).expect("chromium wrote the screenshot");
+            assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"));
+            eprintln!(
+                "screenshot: {} (smallest text {} px)",
+                shot.display(),
+                layout["smallest"]
+            );
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
 }
