@@ -56,9 +56,68 @@ pub fn warn(text: &str) {
     eprint_line(&format!("iteragpu: warning: {text}"));
 }
 
+/// How a long command (`probe`, `sweep`) shows its progress on stderr.
+///
+/// The rule: a live display only on a terminal that can show one; plain lines on a terminal with
+/// `TERM=dumb` (an editor's shell, a serial console), or anywhere with `--progress`; otherwise
+/// nothing, because a script that reads stderr of a failing command expects its one error line
+/// (and TERM, inherited from whatever started the script, says nothing of who reads the pipe).
+/// Nothing is coloured in any mode, so `NO_COLOR` needs no case of its own. A `measure` started
+/// by a sweep never shows progress: the sweep reads its stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Progress {
+    /// A terminal: a progress bar where the command has one, and its lines.
+    Live,
+    /// Plain lines, one per step, no cursor movement.
+    Lines,
+    /// Nothing.
+    Off,
+}
+
+impl Progress {
+    /// The mode for this process: stderr, `TERM`, and whether `--progress` was given.
+    pub fn detect(requested: bool) -> Progress {
+        use std::io::IsTerminal;
+        Progress::choose(
+            std::io::stderr().is_terminal(),
+            std::env::var_os("TERM").is_some_and(|t| t == "dumb"),
+            requested,
+            std::env::var_os(crate::child::PARENT_ENV).is_some(),
+        )
+    }
+
+    /// The rule of [`Progress::detect`], given its inputs.
+    pub fn choose(terminal: bool, dumb: bool, requested: bool, sweep_child: bool) -> Progress {
+        match (terminal, dumb, requested) {
+            _ if sweep_child => Progress::Off,
+            (true, false, _) => Progress::Live,
+            (true, true, _) | (false, _, true) => Progress::Lines,
+            (false, _, false) => Progress::Off,
+        }
+    }
+
+    /// Whether anything is shown.
+    pub fn shown(self) -> bool {
+        self != Progress::Off
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_live_on_a_terminal_and_lines_under_term_dumb_or_when_asked() {
+        assert_eq!(Progress::choose(true, false, false, false), Progress::Live);
+        assert_eq!(Progress::choose(true, true, false, false), Progress::Lines);
+        assert_eq!(Progress::choose(false, false, true, false), Progress::Lines);
+        assert_eq!(Progress::choose(false, true, true, false), Progress::Lines);
+        // A pipe: nothing, whatever TERM says, unless asked.
+        assert_eq!(Progress::choose(false, true, false, false), Progress::Off);
+        assert_eq!(Progress::choose(false, false, false, false), Progress::Off);
+        // A sweep's point: never, its stderr is the sweep's to read.
+        assert_eq!(Progress::choose(true, false, true, true), Progress::Off);
+    }
 
     #[test]
     fn json_escapes_keep_the_value_and_lose_the_control() {

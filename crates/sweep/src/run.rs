@@ -99,7 +99,13 @@ impl Point {
     }
 
     /// A row for a point that has no document: refused, failed to start, or never run.
-    pub fn row_without_document(&self, dtype: DType, status: Status, reason: &str) -> Row {
+    pub fn row_without_document(
+        &self,
+        device: &str,
+        dtype: DType,
+        status: Status,
+        reason: &str,
+    ) -> Row {
         Row {
             dimension: self.dimension.name().to_string(),
             value: self.value,
@@ -117,6 +123,7 @@ impl Point {
             status,
             reason: reason.to_string(),
             file: String::new(),
+            device: device.to_string(),
         }
     }
 }
@@ -171,6 +178,7 @@ pub const RUNNING_REASON: &str = "being measured when this summary was written; 
 /// `after_each` sees the rows so far after every point. Either may end the sweep with an error.
 pub fn run_points<E>(
     points: &[Point],
+    device: &str,
     dtype: DType,
     runner: &mut dyn PointRunner,
     interrupted: impl Fn() -> bool,
@@ -182,6 +190,7 @@ pub fn run_points<E>(
         if interrupted() {
             for rest in &points[i..] {
                 rows.push(rest.row_without_document(
+                    device,
                     dtype,
                     Status::Interrupted,
                     "not run: the sweep was interrupted (Ctrl-C or SIGTERM) before this point",
@@ -190,7 +199,8 @@ pub fn run_points<E>(
             after_each(i, &rows)?;
             return Ok((rows, Stop::Interrupted));
         }
-        let mut running = point.row_without_document(dtype, Status::Running, RUNNING_REASON);
+        let mut running =
+            point.row_without_document(device, dtype, Status::Running, RUNNING_REASON);
         running.file = point.file_name();
         rows.push(running);
         before_each(&rows)?;
@@ -211,11 +221,11 @@ pub fn run_points<E>(
                 (row, stop)
             }
             Outcome::WouldNotFit(reason) => (
-                point.row_without_document(dtype, Status::WouldNotFit, &reason),
+                point.row_without_document(device, dtype, Status::WouldNotFit, &reason),
                 Some(Stop::MemoryLimit),
             ),
             Outcome::Failed { reason, unusable } => (
-                point.row_without_document(dtype, Status::Failed, &reason),
+                point.row_without_document(device, dtype, Status::Failed, &reason),
                 Some(if unusable {
                     Stop::Unusable
                 } else {
@@ -300,6 +310,7 @@ mod tests {
         let mut seen = Vec::new();
         let (rows, stop) = run_points::<()>(
             &points(),
+            "cpu",
             DType::Float32,
             runner,
             || stop_after.is_some_and(|n| done.get() >= n),
@@ -343,6 +354,8 @@ mod tests {
         assert_eq!(seen, [1, 2, 3, 4]);
         for (row, width) in rows.iter().zip([8, 16, 32, 64]) {
             assert_eq!(row.status, Status::Ok);
+            // The device is named in every row (a CPU sweep says it ran on the CPU).
+            assert_eq!(row.device, "cpu");
             assert_eq!(
                 (row.width, row.hidden, row.value),
                 (width, 4 * width, width)

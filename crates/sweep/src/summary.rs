@@ -81,6 +81,12 @@ pub struct Row {
     pub reason: String,
     /// The point's document, relative to the sweep folder (empty when none was written).
     pub file: String,
+    /// The device every point ran on, as given to `--device`: `cpu` (the CPU reference device,
+    /// host arithmetic, not a GPU figure) or `cuda:N`. Empty in a summary written before the
+    /// column existed. The last column, so that a reader of the earlier columns by position
+    /// still finds them.
+    #[serde(default)]
+    pub device: String,
 }
 
 impl Row {
@@ -123,6 +129,7 @@ impl Row {
             status,
             reason,
             file: file.to_string(),
+            device: c.device.clone(),
         }
     }
 }
@@ -166,7 +173,7 @@ pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>, csv::Error> {
 }
 
 /// The columns of `summary.csv`, in order.
-pub const HEADER: [&str; 16] = [
+pub const HEADER: [&str; 17] = [
     "dimension",
     "value",
     "batch",
@@ -183,6 +190,7 @@ pub const HEADER: [&str; 16] = [
     "status",
     "reason",
     "file",
+    "device",
 ];
 
 /// Replaces `DIR/summary.csv` with `rows` atomically ([`lab_io::files::replace`]): a temporary
@@ -206,7 +214,8 @@ pub fn read_summary(path: &Path) -> Result<Vec<Row>, SummaryError> {
     };
     let mut r = csv::Reader::from_reader(bytes.as_slice());
     let headers = r.headers().map_err(err)?.clone();
-    if headers.iter().ne(HEADER) {
+    // A summary written before the `device` column: the same columns without it.
+    if headers.iter().ne(HEADER) && headers.iter().ne(HEADER[..16].iter().copied()) {
         return Err(SummaryError::Read {
             path: path.to_path_buf(),
             reason: format!("its header is not {}", HEADER.join(",")),
@@ -243,6 +252,7 @@ mod tests {
                 "needs 3 bytes, \"quoted\", and more".into()
             },
             file: format!("point-width-{value}.json"),
+            device: "cpu".into(),
         }
     }
 
@@ -260,13 +270,13 @@ mod tests {
         assert_eq!(
             lines.next(),
             Some(
-                "width,64,2,128,64,256,float32,1048576,2097152,0.25,,1500000000.0,true,ok,,point-width-64.json"
+                "width,64,2,128,64,256,float32,1048576,2097152,0.25,,1500000000.0,true,ok,,point-width-64.json,cpu"
             )
         );
         assert_eq!(
             lines.next(),
             Some(
-                "width,128,2,128,128,512,float32,,,,,,,would_not_fit,\"needs 3 bytes, \"\"quoted\"\", and more\",point-width-128.json"
+                "width,128,2,128,128,512,float32,,,,,,,would_not_fit,\"needs 3 bytes, \"\"quoted\"\", and more\",point-width-128.json,cpu"
             )
         );
         assert_eq!(read_summary(&dir.path().join(SUMMARY_FILE)).unwrap(), rows);
@@ -280,6 +290,22 @@ mod tests {
         r.reason = "=cmd|'/C calc'!A0\u{1b}[2J".into();
         let text = String::from_utf8(to_csv(&[r]).unwrap()).unwrap();
         assert!(text.contains("'=cmd|'/C calc'!A0\\u{1b}[2J"), "{text}");
+    }
+
+    #[test]
+    fn a_summary_from_before_the_device_column_is_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let _ = write_summary(dir.path(), &[row(64, Status::Ok)]).unwrap();
+        let p = dir.path().join(SUMMARY_FILE);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let earlier: String = text
+            .lines()
+            .map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0))
+            .collect();
+        std::fs::write(&p, earlier).unwrap();
+        let rows = read_summary(&p).unwrap();
+        assert_eq!(rows[0].device, "");
+        assert_eq!(rows[0].value, 64);
     }
 
     #[test]

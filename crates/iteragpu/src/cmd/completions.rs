@@ -1,9 +1,10 @@
 //! `iteragpu completions SHELL`: the completion script, generated from the same command
-//! definition as the help, so the two never disagree.
+//! definition as the help, so the two never disagree. Option values with a fixed list are
+//! completed too ([`crate::cli::completion_command`]): `--gpu` and `--package` from the bundled
+//! catalogue, `--days`, `--device`, `--dtype`, and the command of `iteragpu man`.
 
 use std::process::ExitCode;
 
-use clap::CommandFactory;
 use clap_complete::Shell;
 
 use crate::output;
@@ -14,7 +15,11 @@ use crate::output;
 Examples:
   iteragpu completions bash > ~/.local/share/bash-completion/completions/iteragpu
   iteragpu completions zsh > ~/.zfunc/_iteragpu        (with fpath+=~/.zfunc before compinit)
-  iteragpu completions fish > ~/.config/fish/completions/iteragpu.fish")]
+  iteragpu completions fish > ~/.config/fish/completions/iteragpu.fish
+
+Values are completed where the list is fixed: --gpu and --package (GPU:DAYS:1) from the bundled
+catalogue, --days (3, 7, 30), --device (cpu, cuda:0 to cuda:7, and all for environment and
+probe), --dtype, and the command of `iteragpu man`. Files and folders complete as paths.")]
 pub struct Args {
     /// The shell to complete for.
     #[arg(value_enum)]
@@ -26,7 +31,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut script = Vec::new();
     clap_complete::generate(
         args.shell,
-        &mut crate::cli::Cli::command(),
+        &mut crate::cli::completion_command(),
         "iteragpu",
         &mut script,
     );

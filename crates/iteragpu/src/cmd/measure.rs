@@ -76,7 +76,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_max_memory, value_name = "BYTES")]
     pub max_memory: Option<u64>,
     /// The JSON document to create; it must not exist yet.
-    #[arg(long, required_unless_present = "plan", conflicts_with = "plan")]
+    #[arg(long, short = 'o', required_unless_present = "plan", conflicts_with = "plan")]
     pub output: Option<PathBuf>,
     /// Open no device: print the run's allocation sequence and the counters every phase row
     /// would show (the pre-flight replay), for `--device cpu`, or `--device cuda` with
@@ -99,10 +99,10 @@ pub struct RunOptions {
     #[arg(long, default_value = "float32", value_parser = ["float32", "float16", "bfloat16"])]
     pub dtype: String,
     /// Warm-up passes, timed together as one `warmup` row (0 to 10000).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, short = 'w', default_value_t = 1)]
     pub warmup: usize,
     /// Timed warm passes, one `warm_forward` row each (1 to 10000).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, short = 'r', default_value_t = 2)]
     pub repeats: usize,
     /// Seed of the weights and inputs.
     #[arg(long, default_value_t = 0)]

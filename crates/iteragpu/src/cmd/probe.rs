@@ -2,7 +2,6 @@
 //! the datasheet, bounded in time, written to one new JSON document.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
@@ -22,7 +21,7 @@ use rent::datasheet::Datasheet;
 
 use crate::cmd::environment::{datasheet, expectation, parse_package, render_findings, tool_info};
 use crate::exit::usage;
-use crate::output;
+use crate::output::{self, Progress};
 use crate::summary::bytes;
 
 /// Options of `probe`.
@@ -86,11 +85,15 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub datasheet: Option<PathBuf>,
     /// The JSON document to create; it must not exist yet.
-    #[arg(long)]
+    #[arg(long, short = 'o')]
     pub output: PathBuf,
     /// Print the document on stdout as JSON instead of the summary.
     #[arg(long)]
     pub json: bool,
+    /// A line per device and figure on stderr even when stderr is not a terminal (on a terminal
+    /// they always show).
+    #[arg(long)]
+    pub progress: bool,
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -130,9 +133,18 @@ fn parse_max_samples(text: &str) -> Result<usize, String> {
     }
 }
 
-/// One line per finished figure on stderr, when a person is watching.
+/// One line per finished figure on stderr, when a person is watching ([`Progress`]).
 struct Lines {
     enabled: bool,
+}
+
+impl Lines {
+    /// A line of its own (a device starting, the set-up it does first).
+    fn say(&self, text: &str) {
+        if self.enabled {
+            output::eprint_line(text);
+        }
+    }
 }
 
 impl ProbeProgress for Lines {
@@ -168,6 +180,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let plan = SamplePlan::new(MIN_SAMPLES, args.max_samples);
     let tool = tool_info();
+    let progress = Lines {
+        enabled: Progress::detect(args.progress).shown(),
+    };
     let mut doc = if args.device == "cpu" {
         if args.concurrent || args.gemm_size.is_some() || args.package.is_some() {
             return Err(usage(
@@ -176,12 +191,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                     .to_string(),
             ));
         }
+        progress.say(&format!(
+            "  cpu      host memcpy    writing two {} buffers, then at most {} s of timed copies",
+            bytes(args.copy_bytes),
+            args.seconds
+        ));
         let device = lab_cpu::probe::probe(
             lab_cpu::environment(tool.clone()),
             args.copy_bytes,
             args.seconds,
             &plan,
         );
+        for c in &device.copies {
+            let summary = match (&c.seconds, c.gb_per_s) {
+                (Some(s), Some(rate)) => format!(
+                    "{rate:.1} GB/s (median of {} samples, {:.1} s)",
+                    s.samples, device.elapsed_seconds
+                ),
+                _ => status_text(c.status, c.note.as_deref()),
+            };
+            progress.figure("cpu", "host memcpy", &summary);
+        }
         let mut doc = ProbeDocument {
             schema: PROBE_SCHEMA.to_string(),
             tool,
@@ -231,9 +261,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             gemm_size: args.gemm_size,
             plan,
         };
-        let progress = Lines {
-            enabled: std::io::stderr().is_terminal(),
-        };
+        progress.say(&format!(
+            "probe {}: loading the driver, then at most {} s per GPU{}; a line per figure",
+            args.device,
+            args.seconds,
+            if args.concurrent { ", all at once" } else { "" }
+        ));
         let gpu = lab_cuda::probe::probe_gpus(&ordinals, &tool, &datasheet, &options, &progress)
             .map_err(|e| {
                 crate::exit::gpu_setup(&args.device, &format!("the probe on {}", args.device), e)

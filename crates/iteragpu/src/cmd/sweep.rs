@@ -8,7 +8,7 @@
 //! points are measured against. The child refuses a point that would not fit with a sentence
 //! that starts with [`measure::WOULD_NOT_FIT`], which the parent recognises.
 
-use std::io::{IsTerminal, Write as _};
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
@@ -24,7 +24,7 @@ use sweep::{Dimension, Outcome, Point, PointRunner, Row, Spec, Status, Stop};
 
 use crate::cmd::measure::{self, RunOptions};
 use crate::exit::usage;
-use crate::output;
+use crate::output::{self, Progress};
 use crate::summary::bytes;
 
 /// Options of `sweep`.
@@ -46,6 +46,11 @@ runs out of memory or fails, and keeps everything measured before it. Ctrl-C or 
 after the point in progress; the points not run are listed as `interrupted`. The folder is
 claimed for the sweep's whole life (DIR/.iteragpu-sweep.lock): a second sweep into it is
 refused. A point's process dies with the sweep, even when the sweep is killed.
+
+A line per finished point goes to stderr. On a terminal a progress bar shows too; with
+TERM=dumb, or --progress when stderr is not a terminal, a plain line also says when each point
+starts. A CPU sweep says so above its table, and summary.csv's `device` column names the device
+of every row (`cpu`: the CPU reference device, host arithmetic, not a GPU figure).
 
 Exit codes: 0 every point ran, or the sweep stopped at a memory limit after at least one point;
 1 a point failed, no point fitted, or the sweep was interrupted; 2 bad options, a folder that is
@@ -83,6 +88,10 @@ pub struct Args {
     /// Print the summary as one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Say when each point starts, in plain lines on stderr, even when stderr is not a terminal
+    /// (on a terminal it always shows: a bar, or plain lines with TERM=dumb).
+    #[arg(long)]
+    pub progress: bool,
 }
 
 fn parse_spec(text: &str) -> Result<Spec, String> {
@@ -94,6 +103,8 @@ fn parse_spec(text: &str) -> Result<Spec, String> {
 struct SweepSummary<'a> {
     schema: &'static str,
     device: &'a str,
+    /// True for `--device cpu`: host arithmetic, not a GPU figure.
+    reference_device: bool,
     dimension: &'static str,
     values: Vec<usize>,
     output_dir: &'a Path,
@@ -165,7 +176,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         });
     }
 
-    let bar = progress_bar(points.len());
+    let progress = Progress::detect(args.progress);
+    let bar = (progress == Progress::Live).then(|| progress_bar(points.len()));
     let exe = std::env::current_exe().context("could not find this program to run the points")?;
     let mut runner = ChildRunner {
         exe,
@@ -176,11 +188,21 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let total = points.len();
     let (rows, stop) = sweep::run_points(
         &points,
+        &args.device,
         dtype,
         &mut runner,
         || interrupted.load(Ordering::SeqCst),
         |rows: &[Row]| -> anyhow::Result<()> {
             let _ = sweep::write_summary(&dir, rows)?;
+            if let Some(row) = rows.last().filter(|_| progress == Progress::Lines) {
+                output::eprint_line(&format!(
+                    "[{}/{total}] {} {}: measuring on {}",
+                    rows.len(),
+                    row.dimension,
+                    row.value,
+                    args.device
+                ));
+            }
             Ok(())
         },
         |i, rows: &[Row]| -> anyhow::Result<()> {
@@ -225,6 +247,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output::print_json(&SweepSummary {
             schema: "iteragpu.sweep/1",
             device: &args.device,
+            reference_device: args.device == "cpu",
             dimension: dimension.name(),
             values,
             output_dir: &args.output_dir,
@@ -240,7 +263,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             rows: &rows,
         })?;
     } else {
-        output::print_text(&table(dimension, &rows, &note, &summary_path))?;
+        output::print_text(&table(&args.device, dimension, &rows, &note, &summary_path))?;
     }
     match stop {
         Stop::Finished => Ok(ExitCode::SUCCESS),
@@ -478,17 +501,16 @@ fn read_document(path: &Path) -> anyhow::Result<MeasurementDocument> {
         .with_context(|| format!("{} is not a measurement document", path.display()))
 }
 
-/// A progress bar on a terminal (stderr), none otherwise; finished points get a line either way.
-fn progress_bar(total: usize) -> Option<ProgressBar> {
-    std::io::stderr().is_terminal().then(|| {
-        let bar = ProgressBar::new(total as u64);
-        bar.set_style(
-            ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
-        bar.enable_steady_tick(std::time::Duration::from_millis(200));
-        bar
-    })
+/// The progress bar of a terminal that can draw one ([`Progress::Live`]); uncoloured. Finished
+/// points get a line either way.
+fn progress_bar(total: usize) -> ProgressBar {
+    let bar = ProgressBar::new(total as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30} {pos}/{len} {elapsed_precise} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
 }
 
 /// One line per finished point on stderr (above the bar on a terminal).
@@ -525,10 +547,18 @@ fn point_line(bar: Option<&ProgressBar>, i: usize, total: usize, row: &Row) {
     }
 }
 
-/// The table printed at the end.
-fn table(dimension: Dimension, rows: &[Row], note: &str, summary: &Path) -> String {
+/// The line above a CPU sweep's table, as `measure` says it of one run.
+pub const CPU_REFERENCE_LINE: &str = "CPU REFERENCE DEVICE: real arithmetic on the host CPU, not a GPU measurement (summary.csv: device cpu)";
+
+/// The table printed at the end, under the device it ran on.
+fn table(device: &str, dimension: Dimension, rows: &[Row], note: &str, summary: &Path) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    if device == "cpu" {
+        let _ = writeln!(s, "{CPU_REFERENCE_LINE}");
+    } else {
+        let _ = writeln!(s, "device: {device}");
+    }
     let _ = writeln!(
         s,
         "{:>9} {:<14} {:>12} {:>12} {:>11} {:>11} {:>11}  file",

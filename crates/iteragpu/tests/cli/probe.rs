@@ -590,3 +590,58 @@ fn the_time_budget_bounds_the_samples_not_the_set_up() {
         "the help does not say it"
     );
 }
+
+/// Issue 26, item 3: `probe --device cpu` says what it does before the buffers are written and
+/// each figure as it is measured: on a pipe with --progress, and on a TERM=dumb terminal; on a
+/// pipe without --progress stderr stays empty for scripts. `-o` is `--output`.
+#[test]
+fn the_cpu_probe_shows_its_progress_in_plain_lines() {
+    let libs = StubDir::new();
+    let dir = tempfile::tempdir().unwrap();
+    let quiet = iteragpu(libs.path())
+        .current_dir(dir.path())
+        .args(["probe", "--device", "cpu", "--seconds", "0.5"])
+        .args(["--copy-bytes", "1MiB", "-o", "quiet.json"])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    assert!(dir.path().join("quiet.json").is_file());
+    let shown = iteragpu(libs.path())
+        .current_dir(dir.path())
+        .args(["probe", "--device", "cpu", "--seconds", "0.5"])
+        .args([
+            "--copy-bytes",
+            "1MiB",
+            "--output",
+            "shown.json",
+            "--progress",
+        ])
+        .assert()
+        .success()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&shown.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines[0].contains("cpu      host memcpy    writing two 1.00 MiB buffers"),
+        "{stderr}"
+    );
+    assert!(
+        lines[1].contains("host memcpy") && lines[1].contains("GB/s (median of"),
+        "{stderr}"
+    );
+    let Some(pane) = crate::completions::run_on_a_terminal(
+        dir.path(),
+        "dumb",
+        "iteragpu probe --device cpu --seconds 1 --copy-bytes 1MiB -o term.json",
+        "DONE ",
+    ) else {
+        return;
+    };
+    assert!(pane.contains("DONE 0"), "{pane}");
+    assert!(pane.contains("writing two 1.00 MiB buffers"), "{pane}");
+    assert!(pane.contains("GB/s (median of"), "{pane}");
+}

@@ -42,7 +42,8 @@ fn summary(dir: &Path) -> Vec<csv::StringRecord> {
             "check_passed",
             "status",
             "reason",
-            "file"
+            "file",
+            "device"
         ]
     );
     r.records().map(Result::unwrap).collect()
@@ -484,4 +485,114 @@ fn sweep_into(dir: &Path, folder: &str) -> assert_cmd::assert::Assert {
             folder,
         ])
         .assert()
+}
+
+/// Issue 26, item 3: a CPU sweep names the CPU reference device in its text and in every row of
+/// summary.csv, and `--json` says so too.
+#[test]
+fn a_cpu_sweep_names_the_cpu_reference_device() {
+    let dir = tempfile::tempdir().unwrap();
+    sweep(dir.path(), "16,32", &[])
+        .success()
+        .stdout(predicate::str::starts_with(
+            "CPU REFERENCE DEVICE: real arithmetic on the host CPU, not a GPU measurement",
+        ));
+    let rows = summary(dir.path());
+    assert_eq!(rows.len(), 2);
+    for row in &rows {
+        assert_eq!(&row[16], "cpu", "{row:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = sweep(dir.path(), "16,32", &["--json"])
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let doc: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(doc["device"], "cpu");
+    assert_eq!(doc["reference_device"], true);
+    assert_eq!(doc["rows"][0]["device"], "cpu");
+}
+
+/// Issue 26, item 3: stderr a pipe: one line per finished point, and with --progress a line as
+/// each point starts; nothing else.
+#[test]
+fn progress_lines_on_a_pipe_only_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sweep(dir.path(), "16,32", &[])
+        .success()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("[1/2] width 16: ok"), "{stderr}");
+    assert!(!stderr.contains("measuring"), "{stderr}");
+    let dir = tempfile::tempdir().unwrap();
+    let out = sweep(dir.path(), "16,32", &["--progress"])
+        .success()
+        .get_output()
+        .clone();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 4, "{stderr}");
+    assert_eq!(lines[0], "[1/2] width 16: measuring on cpu");
+    assert!(lines[1].starts_with("[1/2] width 16: ok, "), "{stderr}");
+    assert_eq!(lines[2], "[2/2] width 32: measuring on cpu");
+    assert!(!stderr.contains('\u{1b}'), "no escape sequence: {stderr:?}");
+}
+
+/// Issue 26, item 3: on a terminal with TERM=dumb, no bar (it cannot be drawn) but plain lines:
+/// each point as it starts and as it ends.
+#[test]
+fn a_sweep_on_a_dumb_terminal_prints_plain_progress_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(pane) = crate::completions::run_on_a_terminal(
+        dir.path(),
+        "dumb",
+        "iteragpu sweep --device cpu --batch 1 --context 8 --width 16,32 --warmup 1 --repeats 2 \
+         --output-dir runs",
+        "DONE ",
+    ) else {
+        return;
+    };
+    assert!(pane.contains("DONE 0"), "{pane}");
+    for line in [
+        "[1/2] width 16: measuring on cpu",
+        "[1/2] width 16: ok, ",
+        "[2/2] width 32: measuring on cpu",
+        "[2/2] width 32: ok, ",
+        "CPU REFERENCE DEVICE",
+    ] {
+        assert!(pane.contains(line), "{line} missing:\n{pane}");
+    }
+}
+
+/// Issue 26, item 3: hyperfine's short flags for the passes, `-w` and `-r`, reach every point.
+#[test]
+fn the_short_flags_for_the_passes_reach_the_points() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["sweep", "--device", "cpu", "--batch", "1", "--context", "8"])
+        .args([
+            "--width",
+            "16,32",
+            "-w",
+            "2",
+            "-r",
+            "3",
+            "--output-dir",
+            "runs",
+        ])
+        .assert()
+        .success();
+    let doc: Value = serde_json::from_slice(
+        &std::fs::read(dir.path().join("runs/point-width-16.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        doc["configuration"]["warmup"], 2,
+        "{}",
+        doc["configuration"]
+    );
+    assert_eq!(doc["configuration"]["repeats"], 3);
 }
