@@ -76,7 +76,7 @@ pub struct Args {
     #[arg(long, value_parser = parse_max_memory, value_name = "BYTES")]
     pub max_memory: Option<u64>,
     /// The JSON document to create; it must not exist yet.
-    #[arg(long, short = 'o', required_unless_present = "plan", conflicts_with = "plan")]
+    #[arg(long, short, required_unless_present = "plan", conflicts_with = "plan")]
     pub output: Option<PathBuf>,
     /// Open no device: print the run's allocation sequence and the counters every phase row
     /// would show (the pre-flight replay), for `--device cpu`, or `--device cuda` with
