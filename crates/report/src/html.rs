@@ -797,6 +797,27 @@ fn money_row(
     );
 }
 
+/// A ledger's runs measured on another device than their package's GPU, which `cost` also says:
+/// the price per result then rests on a run that did not use the GPU paid for.
+fn mismatches(out: &mut String, doc: &Value) {
+    let rentals = doc.get("rentals").and_then(Value::as_array);
+    for r in rentals.into_iter().flatten() {
+        let list = r.get("device_mismatches").and_then(Value::as_array);
+        for d in list.into_iter().flatten() {
+            let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("?");
+            let _ = writeln!(
+                out,
+                "<p class=\"bad\">Rental {}, line {}: measured on {} ({}), not the package's {} (recorded with --allow-device-mismatch).</p>",
+                escape(r.get("rental").and_then(Value::as_str).unwrap_or("?")),
+                d.get("line").and_then(Value::as_u64).unwrap_or(0),
+                escape(s("device_model")),
+                escape(s("device_uuid")),
+                escape(r.get("model").and_then(Value::as_str).unwrap_or("GPU"))
+            );
+        }
+    }
+}
+
 /// What the reader pays: each price, fit and ledger document as a table of packages, their
 /// prices and the price per accepted result where the document knows the accepted results.
 fn money_section(out: &mut String, money: &[Money]) {
@@ -885,10 +906,16 @@ fn money_section(out: &mut String, money: &[Money]) {
                 let totals = doc.get("totals").and_then(Value::as_array);
                 for t in totals.into_iter().flatten() {
                     let currency = t.get("currency").and_then(Value::as_str).unwrap_or("?");
+                    let mark = if t.get("example_price").and_then(Value::as_bool) == Some(true) {
+                        " (example price)"
+                    } else {
+                        ""
+                    };
                     let total = t.get("total_price_cents").and_then(Value::as_u64);
                     let per = t
                         .get("unit_price_cents")
-                        .and_then(|u| decimal_cents(u, currency, 6));
+                        .and_then(|u| decimal_cents(u, currency, 6))
+                        .map(|p| format!("{p}{mark}"));
                     table_row(
                         out,
                         &MONEY_COLUMNS,
@@ -901,7 +928,12 @@ fn money_section(out: &mut String, money: &[Money]) {
                                 )),
                             ),
                             ("", "-".to_string()),
-                            ("num", total.map_or("-".to_string(), |c| cents(c, currency))),
+                            (
+                                "num",
+                                total.map_or("-".to_string(), |c| {
+                                    format!("{}{mark}", cents(c, currency))
+                                }),
+                            ),
                             (
                                 "num",
                                 t.get("accepted_units")
@@ -924,7 +956,11 @@ fn money_section(out: &mut String, money: &[Money]) {
                 }
             }
         }
-        out.push_str("</table>\n</div>\n</article>\n");
+        out.push_str("</table>\n</div>\n");
+        if m.kind == MoneyKind::Ledger {
+            mismatches(out, doc);
+        }
+        out.push_str("</article>\n");
     }
     out.push_str("</section>\n");
 }
@@ -972,6 +1008,7 @@ fn words(key: &str) -> String {
     key.split(['_', '-'])
         .filter(|w| !w.is_empty())
         .map(|w| match w.to_ascii_lowercase().as_str() {
+            "cpus" | "gpus" => format!("{}s", w[..w.len() - 1].to_ascii_uppercase()),
             "gpu" | "cpu" | "os" | "uuid" | "pci" | "pcie" | "cuda" | "nvml" | "sm" | "id"
             | "gemm" | "ecc" | "mig" | "bf16" | "tf32" | "blas" => w.to_ascii_uppercase(),
             "cublas" => "cuBLAS".to_string(),
@@ -1127,7 +1164,7 @@ mod tests {
         assert_eq!(find("GPU, name"), Some("NVIDIA H100"));
         assert_eq!(find("GPU, clock"), Some("1980 MHz"));
         assert_eq!(find("GPU, ECC"), Some("yes"));
-        assert_eq!(find("Logical cpus"), Some("2"));
+        assert_eq!(find("Logical CPUs"), Some("2"));
     }
 
     #[test]

@@ -797,6 +797,8 @@ fn price_fit_and_ledger_documents_make_a_cost_section() {
         "USD 1.279070 (example price)",
         "all 1 rental(s)",
         "per GPU-day",
+        "Rental h200-a, line 2: measured on ",
+        "not the package's NVIDIA H200",
     ] {
         assert!(html.contains(text), "{text:?} not in the page");
     }
