@@ -344,7 +344,8 @@ impl PhaseAxes {
                 std::iter::once(p.wall_seconds * 1e3).chain(p.device_seconds.map(|d| d * 1e3))
             })
         });
-        let time_ms = fit(times, 3.0, true);
+        // Room above the tallest bar for the legend: under a decade, so no decade is empty.
+        let time_ms = fit(times, 8.0, true);
         let peaks: Vec<f64> = runs.iter().map(|r| memory_peak(r)).collect();
         let groups = scale_groups(&peaks);
         (0..runs.len())
