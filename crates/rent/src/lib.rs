@@ -13,5 +13,6 @@ pub mod datasheet;
 pub mod estimate;
 pub mod fit;
 pub mod memory;
+pub mod offers;
 pub mod price;
 pub mod units;

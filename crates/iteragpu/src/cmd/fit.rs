@@ -69,6 +69,11 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub catalogue: Option<PathBuf>,
 
+    /// A SkyPilot catalogue CSV (vms.csv of skypilot-org/skypilot-catalog): its hourly on-demand
+    /// and spot offers, priced for the package durations, after the packages.
+    #[arg(long, value_name = "FILE")]
+    pub offers: Option<PathBuf>,
+
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
@@ -198,10 +203,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         catalogue: catalogue.name().to_string(),
         options: rows,
     };
+    let offers = crate::cmd::offers::section(args.offers.as_deref(), args.days, &doc.options)?;
     if args.json {
-        output::print_json(&doc)?;
+        output::print_json(&crate::cmd::offers::WithOffers {
+            document: &doc,
+            offers: offers.as_ref(),
+        })?;
     } else {
-        output::print_text(&render(&doc))?;
+        output::print_text(&(render(&doc) + &crate::cmd::offers::render(offers.as_ref())))?;
     }
     Ok(ExitCode::SUCCESS)
 }

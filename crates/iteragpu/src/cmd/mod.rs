@@ -8,6 +8,7 @@ pub mod fit;
 pub mod kit;
 pub mod man;
 pub mod measure;
+pub mod offers;
 pub mod price;
 pub mod probe;
 pub mod protocol;

@@ -12,6 +12,7 @@ mod kit;
 mod lab_sh;
 mod ledger;
 mod man;
+mod offers;
 mod price;
 mod probe;
 mod readme;
