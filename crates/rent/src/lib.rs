@@ -15,4 +15,5 @@ pub mod fit;
 pub mod memory;
 pub mod offers;
 pub mod price;
+mod rows;
 pub mod units;

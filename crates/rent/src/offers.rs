@@ -44,6 +44,7 @@ use rust_decimal::prelude::ToPrimitive;
 use serde::Serialize;
 
 use crate::fit::FitOption;
+use crate::rows::{LineCounter, line_of};
 
 /// The columns a SkyPilot catalogue file must have, each once, in any order.
 pub const REQUIRED_COLUMNS: [&str; 8] = [
@@ -974,7 +975,7 @@ impl Parser {
     }
 
     fn syntax_error(&self, content: &[u8], err: &csv::Error) -> OffersError {
-        let row = err.position().map_or(0, |p| line_of(content, p));
+        let row = line_of(content, err.position());
         let message = match err.kind() {
             csv::ErrorKind::Utf8 { .. } => {
                 "is not valid UTF-8 text; expected a UTF-8 CSV file".to_string()
@@ -1011,7 +1012,7 @@ impl Parser {
         let mut first_currency: Option<(String, u64)> = None;
         for record in records {
             let record = record.map_err(|err| self.syntax_error(content, &err))?;
-            let row = record.position().map_or(0, |p| lines.line_of(content, p));
+            let row = lines.line_of(content, record.position());
             if record.len() > width {
                 return Err(self.field_error(
                     row,
@@ -1284,45 +1285,6 @@ fn exact_decimal(text: &str) -> Option<Result<Decimal, ()>> {
         Decimal::try_from_i128_with_scale(number, scale).ok()
     };
     Some(fits().ok_or(()))
-}
-
-/// [`line_of`] for records met in file order: it counts the line ends between one record and the
-/// next only, so numbering every row is one pass over the file.
-#[derive(Debug, Default)]
-struct LineCounter {
-    scanned: usize,
-    line_ends: u64,
-}
-
-impl LineCounter {
-    fn line_of(&mut self, content: &[u8], position: &csv::Position) -> u64 {
-        let end = record_start(content, position);
-        if end < self.scanned {
-            return line_of(content, position);
-        }
-        self.line_ends += content[self.scanned..end]
-            .iter()
-            .filter(|b| **b == b'\n')
-            .count() as u64;
-        self.scanned = end;
-        self.line_ends + 1
-    }
-}
-
-/// Where a record's text starts, past the line ends the CSV reader's position may point at (it
-/// drifts on CRLF files).
-fn record_start(content: &[u8], position: &csv::Position) -> usize {
-    let mut end = usize::try_from(position.byte()).map_or(content.len(), |b| b.min(content.len()));
-    while end < content.len() && matches!(content[end], b'\r' | b'\n') {
-        end += 1;
-    }
-    end
-}
-
-/// The line (from 1) where a record starts, as an editor numbers it.
-fn line_of(content: &[u8], position: &csv::Position) -> u64 {
-    let end = record_start(content, position);
-    content[..end].iter().filter(|b| **b == b'\n').count() as u64 + 1
 }
 
 #[cfg(test)]
