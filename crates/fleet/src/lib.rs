@@ -4,6 +4,8 @@
 //! node puts its results.
 //!
 //! - [`slurm`]: the sbatch script (`--nodes=N --ntasks-per-node=1`, one `srun` step per check).
+//! - [`check`]: `fleet check DIR`, every node's documents, exit codes and errors judged together
+//!   (one table of node x GPU, failed or missing nodes, the package, outliers across nodes).
 //! - [`skypilot`]: the SkyPilot task YAML (`num_nodes`, accelerators per node, `setup`, `run`).
 //!
 //! Both lay out their results the same way, one folder per node ([`Plan`] and the module
@@ -12,6 +14,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod skypilot;
 pub mod slurm;
 

@@ -6,13 +6,14 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use fleet::check::CheckOptions;
 use fleet::skypilot::{Install, Task};
 use fleet::slurm::{self, Allocation};
 use fleet::{Check, Device, Plan};
 use lab_io::files;
 use ledger::Package;
 
-use crate::cmd::environment::{expectation, parse_package};
+use crate::cmd::environment::{datasheet, expectation, parse_package};
 use crate::exit::usage;
 use crate::output;
 
@@ -33,6 +34,9 @@ pub enum Verb {
     /// Write the SkyPilot task YAML that runs the checks on every node (`num_nodes`, the
     /// package's GPUs per node, a setup that installs the wheel or the kit).
     Skypilot(SkypilotArgs),
+    /// Judge every node's results together: failed or missing nodes, the package over all
+    /// nodes, one table of node x GPU, outliers across nodes.
+    Check(CheckArgs),
 }
 
 /// What both verbs share: the package, the nodes and the checks.
@@ -142,6 +146,37 @@ pub struct SkypilotArgs {
 #[derive(Debug, Clone)]
 pub struct Checks(pub Vec<Check>);
 
+/// Options of `fleet check`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu fleet check /shared/fleet
+  iteragpu fleet check /shared/fleet --package b200:7:4 --nodes 4 --json
+
+Reads DIR/<node>/<check>.json, <check>.exit and <check>.err of every node folder (as `fleet
+slurm` and `fleet skypilot` lay them out). Exit codes: 0 every node ran every check, no outlier,
+the package matches; 1 otherwise; 2 a DIR that is not a fleet's folder, or bad options.")]
+pub struct CheckArgs {
+    /// The fleet's folder: one sub-folder per node.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The rented package the nodes make up in all, GPU:DAYS:LOTS.
+    #[arg(long, value_parser = parse_package, value_name = "GPU:DAYS:LOTS")]
+    pub package: Option<Package>,
+    /// The nodes expected [default: the largest node count the documents give].
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// A tariff CSV to read the package from instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    pub catalogue: Option<PathBuf>,
+    /// A datasheet table instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    pub datasheet: Option<PathBuf>,
+    /// Print the verdict as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 fn parse_checks(text: &str) -> Result<Checks, String> {
     fleet::parse_checks(text)
         .map(Checks)
@@ -162,6 +197,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.verb {
         Verb::Slurm(a) => run_slurm(a),
         Verb::Skypilot(a) => run_skypilot(a),
+        Verb::Check(a) => run_check(a),
     }
 }
 
@@ -342,15 +378,40 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         }
     );
     output::print_text(&out)?;
-    output::print_text(&format!(
-        "fleet check: not in this build yet; every node's exit codes above are read from {}/<node>/<check>.exit\n",
-        dir.display()
-    ))?;
-    Ok(if ok && status.success() {
+    let options = CheckOptions {
+        // The CPU reference device has no GPU to hold to the package.
+        package: match plan.device {
+            Device::Gpu => {
+                expectation(Some(&args.common.package), args.common.catalogue.as_deref())?
+            }
+            Device::Cpu => None,
+        },
+        nodes: Some(plan.nodes),
+        ..CheckOptions::default()
+    };
+    let verdict = fleet::check::check(&dir, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    output::print_text(&fleet::check::render(&verdict))?;
+    Ok(if ok && status.success() && verdict.exit_code() == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
+}
+
+fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let options = CheckOptions {
+        package: expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+        datasheet: datasheet(args.datasheet.as_deref())?,
+        nodes: args.nodes,
+        ..CheckOptions::default()
+    };
+    let verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
+    if args.json {
+        output::print_json(&verdict)?;
+    } else {
+        output::print_text(&fleet::check::render(&verdict))?;
+    }
+    Ok(ExitCode::from(verdict.exit_code()))
 }
 
 fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {

@@ -6,6 +6,7 @@ mod errors;
 mod estimate;
 mod files;
 mod fit;
+mod fleet_check;
 mod fleet_slurm;
 mod gpu_check;
 mod kill_loop;
