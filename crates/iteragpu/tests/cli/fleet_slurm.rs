@@ -394,3 +394,14 @@ fn the_skypilot_task_asks_for_the_share_of_gpus_per_node() {
         .code(2)
         .stderr(predicates::str::contains("no such file"));
 }
+
+#[test]
+fn fleet_check_refuses_what_is_not_a_fleet_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    iteragpu()
+        .args(["fleet", "check"])
+        .arg(tmp.path().join("missing"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("is not a folder"));
+}
