@@ -43,6 +43,9 @@ pub enum Command {
     /// Measure one dimension at a time over a list or range of values, each point in a new
     /// process, stopping at the first point that would not fit; writes summary.csv.
     Sweep(crate::cmd::sweep::Args),
+    /// The checks on every node of a package that spans several machines: write the Slurm
+    /// batch script (and submit it) or the SkyPilot task, one folder of results per node.
+    Fleet(crate::cmd::fleet::Args),
     /// Turn measurement documents and sweep folders into one self-contained HTML report.
     Report(crate::cmd::report::Args),
     /// Is every GPU the card that was paid for? Copy bandwidth and dense matrix throughput per

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::node::NodeIdentity;
 use crate::tool::ToolInfo;
 
 /// Schema identifier of [`Environment`] documents.
@@ -30,4 +31,16 @@ pub struct Environment {
     pub problem: Option<String>,
     /// Backend-specific facts.
     pub details: serde_json::Value,
+}
+
+/// `environment --json` for one device: the [`Environment`] report, and which node of a
+/// multi-node job it came from (absent outside a scheduler unless named with `--node`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EnvironmentReport {
+    /// The report.
+    #[serde(flatten)]
+    pub environment: Environment,
+    /// The node (see [`crate::node`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeIdentity>,
 }

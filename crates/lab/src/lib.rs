@@ -4,7 +4,8 @@
 //! every device implements, the caching-allocator model that mirrors PyTorch's counters
 //! ([`alloc`]) and the library workspaces ([`workspaces`]), the phase runner, pre-flight,
 //! numerical check and document ([`measure`]), the probe's document and judge ([`probe`]), the
-//! lot checks ([`lot`]), statistics, and the host's memory facts ([`host`]).
+//! lot checks ([`lot`]), which node of a multi-node job a document came from ([`node`]),
+//! statistics, and the host's memory facts ([`host`]).
 //!
 //! Not here: the devices themselves, each a peer crate over the seam (`lab-cpu`, the CPU
 //! reference device; `lab-cuda`, NVIDIA GPUs); the renting decisions (catalogue, prices, `fit`,
@@ -18,6 +19,7 @@ pub mod environment;
 pub mod host;
 pub mod lot;
 pub mod measure;
+pub mod node;
 pub mod probe;
 pub mod stats;
 pub mod tool;

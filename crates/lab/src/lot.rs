@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::environment::Environment;
+use crate::node::NodeIdentity;
 use crate::tool::ToolInfo;
 use rent::datasheet::{Datasheet, pcie_gb_s};
 
@@ -139,6 +140,68 @@ pub struct Expectation {
     pub gpus: u64,
     /// The total MiB a CUDA process sees on one such GPU.
     pub usable_memory_mib: u64,
+    /// On one node of a multi-node job: this node's even share of the package (absent on a
+    /// single machine, where the whole package is expected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<NodeShare>,
+}
+
+/// One node's part of a package spread over several nodes: package GPUs / nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeShare {
+    /// This node's rank, from 0.
+    pub node_rank: u32,
+    /// The job's nodes.
+    pub nodes: u32,
+    /// The GPUs this node must hold.
+    pub gpus: u64,
+}
+
+/// A package whose GPUs do not split evenly over the job's nodes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the package {package} promises {gpus} GPU(s), which do not split evenly over the job's {nodes} nodes: each node would hold {:.2}; rent a package of a multiple of {nodes} GPUs, or run on a number of nodes that divides {gpus}",
+    *gpus as f64 / f64::from(*nodes)
+)]
+pub struct UnevenShare {
+    /// `b200:7:1`.
+    pub package: String,
+    /// The package's GPUs.
+    pub gpus: u64,
+    /// The job's nodes.
+    pub nodes: u32,
+}
+
+impl Expectation {
+    /// What this node must hold: on node k of N (N > 1, as the scheduler says) its share,
+    /// package GPUs / N, or an error when they do not split evenly; else the whole package.
+    pub fn for_node(mut self, node: Option<&NodeIdentity>) -> Result<Expectation, UnevenShare> {
+        self.share = None;
+        let Some((rank, nodes)) = node.and_then(|n| n.rank.zip(n.count)) else {
+            return Ok(self);
+        };
+        if nodes <= 1 {
+            return Ok(self);
+        }
+        if !self.gpus.is_multiple_of(u64::from(nodes)) {
+            return Err(UnevenShare {
+                package: self.package.clone(),
+                gpus: self.gpus,
+                nodes,
+            });
+        }
+        self.share = Some(NodeShare {
+            node_rank: rank,
+            nodes,
+            gpus: self.gpus / u64::from(nodes),
+        });
+        Ok(self)
+    }
+
+    /// The GPUs expected where this expectation is checked: the node's share, or the package.
+    pub fn expected_gpus(&self) -> u64 {
+        self.share.map_or(self.gpus, |s| s.gpus)
+    }
 }
 
 /// How much a finding matters.
@@ -215,8 +278,11 @@ pub struct LotReport {
     pub usable: bool,
     /// Why not, in a sentence (no driver, no device, a wrong ordinal).
     pub problem: Option<String>,
-    /// What `--package` promises.
+    /// What `--package` promises (with this node's share on one node of several).
     pub package: Option<Expectation>,
+    /// Which node of a multi-node job this is (absent outside a scheduler unless named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeIdentity>,
     /// One entry per GPU asked for.
     pub devices: Vec<LotDevice>,
     /// Every ordered pair of the GPUs asked for.
@@ -277,6 +343,19 @@ pub fn check_lot(
     out
 }
 
+/// The package's checks alone: the GPU count (`visible` against the node's share or the whole
+/// package) and each GPU's model and memory. The fleet check runs them over every node's GPUs.
+pub fn check_package_findings(
+    facts: &[GpuFacts],
+    visible: usize,
+    exp: &Expectation,
+    datasheet: &Datasheet,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    check_package(&mut out, facts, visible, exp, datasheet);
+    out
+}
+
 fn check_package(
     out: &mut Vec<Finding>,
     facts: &[GpuFacts],
@@ -284,31 +363,46 @@ fn check_package(
     exp: &Expectation,
     datasheet: &Datasheet,
 ) {
-    let expected = exp.gpus;
+    let expected = exp.expected_gpus();
     let seen = visible as u64;
+    let promise = match exp.share {
+        Some(s) => format!(
+            "the package {} promises {} GPU(s) ({} per lot x {} lot(s)) of {} over {} nodes; this is node {} of {}, whose share is {expected}",
+            exp.package,
+            exp.gpus,
+            exp.gpus_per_lot,
+            exp.lots,
+            exp.model,
+            s.nodes,
+            s.node_rank + 1,
+            s.nodes
+        ),
+        None => format!(
+            "the package {} promises {expected} GPU(s) ({} per lot x {} lot(s)) of {}",
+            exp.package, exp.gpus_per_lot, exp.lots, exp.model
+        ),
+    };
+    let place = if exp.share.is_some() {
+        "this node"
+    } else {
+        "this machine or container"
+    };
     if seen < expected {
         out.push(Finding::warning(
             "gpu_missing",
             None,
             format!(
-                "the package {} promises {expected} GPU(s) ({} per lot x {} lot(s)) of {}; the driver sees {seen}: {} missing from this machine or container",
-                exp.package,
-                exp.gpus_per_lot,
-                exp.lots,
-                exp.model,
+                "{promise}; the driver sees {seen}: {} missing from {place}",
                 expected - seen
             ),
-            json!({"expected_gpus": expected, "visible_gpus": seen}),
+            json!({"expected_gpus": expected, "visible_gpus": seen, "package_gpus": exp.gpus, "share": exp.share}),
         ));
     } else if seen > expected {
         out.push(Finding::note(
             "gpu_extra",
             None,
-            format!(
-                "the package {} promises {expected} GPU(s); the driver sees {seen}: check that the others are yours to use",
-                exp.package
-            ),
-            json!({"expected_gpus": expected, "visible_gpus": seen}),
+            format!("{promise}; the driver sees {seen}: check that the others are yours to use"),
+            json!({"expected_gpus": expected, "visible_gpus": seen, "package_gpus": exp.gpus, "share": exp.share}),
         ));
     }
     let rows = datasheet.for_gpu(&exp.gpu);
@@ -670,6 +764,7 @@ mod tests {
             lots: gpus as u32,
             gpus,
             usable_memory_mib: 143_156,
+            share: None,
         }
     }
 
@@ -861,5 +956,58 @@ mod tests {
             ]
         );
         assert!(f.iter().all(|f| f.severity == Severity::Note));
+    }
+
+    fn node(rank: u32, count: u32) -> NodeIdentity {
+        NodeIdentity {
+            source: crate::node::NodeSource::Slurm,
+            name: Some(format!("n{rank}")),
+            rank: Some(rank),
+            count: Some(count),
+            job_id: Some("7".into()),
+        }
+    }
+
+    #[test]
+    fn one_node_of_several_expects_its_share_not_the_package() {
+        // h200:7:8 over 4 nodes: 2 GPUs each.
+        let exp = package(8).for_node(Some(&node(1, 4))).unwrap();
+        assert_eq!(
+            exp.share,
+            Some(NodeShare {
+                node_rank: 1,
+                nodes: 4,
+                gpus: 2
+            })
+        );
+        assert_eq!(exp.expected_gpus(), 2);
+        let lot = [h200("cuda:0"), h200("cuda:1")];
+        assert!(check(&lot, 2, Some(&exp)).is_empty());
+        let f = check(&lot[..1], 1, Some(&exp));
+        assert_eq!(codes(&f), [("gpu_missing", None)]);
+        assert!(
+            f[0].message.contains("over 4 nodes; this is node 2 of 4, whose share is 2; the driver sees 1: 1 missing from this node"),
+            "{}",
+            f[0].message
+        );
+        // One node, or no scheduler: the whole package.
+        assert_eq!(
+            package(8)
+                .for_node(Some(&node(0, 1)))
+                .unwrap()
+                .expected_gpus(),
+            8
+        );
+        assert_eq!(package(8).for_node(None).unwrap().expected_gpus(), 8);
+    }
+
+    #[test]
+    fn a_package_that_does_not_split_evenly_is_refused() {
+        let e = package(2).for_node(Some(&node(0, 4))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("promises 2 GPU(s), which do not split evenly over the job's 4 nodes"),
+            "{e}"
+        );
     }
 }

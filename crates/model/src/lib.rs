@@ -1,6 +1,8 @@
 //! Reads a model folder without loading the model: the exact parameter count and weight bytes
 //! from the safetensors headers (never the tensor data), or the count from `config.json` for the
-//! architectures whose formula is known, and the attention geometry that sizes the KV cache.
+//! architectures whose formula is known, with the tensors behind it (which a quantised
+//! checkpoint packs, which it keeps at 16 bits: [`quant`]) and the attention geometry that sizes
+//! the KV cache (grouped-query, sliding or chunked windows, multi-head latent attention).
 //!
 //! Not here: the bytes and packages those facts lead to (`rent::memory`, `rent::fit`).
 //!
@@ -14,6 +16,7 @@
 
 pub mod config;
 mod error;
+pub mod quant;
 pub mod safetensors;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -22,8 +25,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-pub use config::{Architecture, Attention, SlidingWindow};
+pub use config::{Architecture, Attention, Part, Role, SlidingWindow};
 pub use error::ModelError;
+pub use quant::{Grouping, Quantization, Scheme, Split};
 
 /// The largest config.json read (they are a few kilobytes).
 pub const MAX_CONFIG_BYTES: u64 = 4 * 1024 * 1024;

@@ -11,8 +11,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-/// (folder under data/models, published parameter count).
-const MODELS: [(&str, u64); 9] = [
+/// (folder under data/models, published parameter count), for the models whose tensor lists the
+/// synthetic safetensors tests below write too. Sources: data/models/README.md.
+const MODELS: [(&str, u64); 11] = [
     ("llama-3.1-8b", 8_030_261_248),
     ("llama-3.2-3b", 3_212_749_824),
     ("qwen2.5-7b", 7_615_616_512),
@@ -22,7 +23,32 @@ const MODELS: [(&str, u64); 9] = [
     ("gemma-2-9b", 9_241_705_984),
     ("phi-3-mini-4k-instruct", 3_821_079_552),
     ("gemma-3-4b-it", 4_300_079_472),
+    // Qwen/Qwen3-8B: 8,190,735,360 parameters (the Hub's safetensors total, "8.19B").
+    ("qwen3-8b", 8_190_735_360),
+    // openai/gpt-oss-20b: 20,914,757,184 parameters unquantised (the model card's "21B", the
+    // gpt-oss paper's 20.91B total); its MXFP4 files hold other element counts, checked below.
+    ("gpt-oss-20b", 20_914_757_184),
 ];
+
+/// The larger models, counted from config.json only (their tensor lists run to tens of
+/// thousands of entries).
+const CONFIG_ONLY: [(&str, u64); 3] = [
+    // Qwen/Qwen3-30B-A3B: 30,532,122,624 (the Hub's safetensors total, "30.5B").
+    ("qwen3-30b-a3b", 30_532_122_624),
+    // deepseek-ai/DeepSeek-V3 without its multi-token-prediction layer: 671,026,419,200
+    // (README_WEIGHTS.md: "671B" main model weights; the exact figure is derived from the Hub's
+    // 684,531,386,000 below).
+    ("deepseek-v3", 671_026_419_200),
+    // meta-llama/Llama-4-Scout-17B-16E: published only rounded, "109B" total. The exact figure
+    // is this formula's (text 107,769,861,120 + vision tower and projector 871,932,416); it is
+    // not checked against an exact published count.
+    ("llama-4-scout-17b-16e", 108_641_793_536),
+];
+
+/// Every model with a fixture.
+fn all_models() -> impl Iterator<Item = (&'static str, u64)> {
+    MODELS.into_iter().chain(CONFIG_ONLY)
+}
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -37,7 +63,7 @@ fn config(name: &str) -> Value {
 
 #[test]
 fn published_counts_come_out_of_config_json_alone() {
-    for (name, published) in MODELS {
+    for (name, published) in all_models() {
         let m = model::inspect(&fixture(name)).unwrap();
         assert_eq!(m.source, model::ParametersSource::Config, "{name}");
         assert_eq!(m.parameters, published, "{name}");
@@ -58,10 +84,159 @@ fn mixtral_has_fewer_active_parameters_than_total() {
         32 * 6 * 3 * 4096 * 14336
     );
     assert_eq!(m.active_parameters, 12_879_925_248);
-    for (name, _) in MODELS.iter().filter(|(n, _)| !n.starts_with("mixtral")) {
+    for (name, _) in all_models() {
         let m = model::inspect(&fixture(name)).unwrap();
-        assert_eq!(m.active_parameters, m.parameters, "{name}");
+        let a = m.architecture.unwrap();
+        if a.experts.is_none() {
+            assert_eq!(m.active_parameters, m.parameters, "{name}");
+        } else {
+            assert!(m.active_parameters < m.parameters, "{name}");
+        }
     }
+}
+
+/// The active counts of the mixtures of experts, against the rounded figures their publishers
+/// give, whose composition differs from model to model (said case by case).
+#[test]
+fn active_parameters_of_the_mixtures_of_experts() {
+    let active = |name: &str| model::inspect(&fixture(name)).unwrap().active_parameters;
+    // Qwen3-30B-A3B, "3.3B activated": attention, router, 8 of 128 experts, norms, embedding and
+    // lm_head of 48 layers.
+    assert_eq!(active("qwen3-30b-a3b"), 3_353_032_704);
+    // gpt-oss-20b, "3.6B active" (model card; the paper's 3.61B): with 4 of 32 experts this
+    // formula gives 4,187,440,704 with the embedding table; the published figure leaves the
+    // embedding (201088 x 2880, a lookup) out and keeps the unembedding.
+    assert_eq!(active("gpt-oss-20b"), 4_187_440_704);
+    assert_eq!(4_187_440_704u64 - 201_088 * 2880, 3_608_307_264);
+    // DeepSeek-V3, "37B activated" (paper) or "36.7B (including 0.9B for Embedding and 0.9B for
+    // the output Head)" (README_WEIGHTS.md): ambiguous; 8 routed + 1 shared expert, attention,
+    // router, norms, embedding and head give 37,552,297,472 here.
+    assert_eq!(active("deepseek-v3"), 37_552_297_472);
+    // Llama 4 Scout, "17B active": 1 of 16 experts plus the shared expert gives 17,172,894,720
+    // for the language model; this count adds the vision tower (871,932,416).
+    assert_eq!(
+        active("llama-4-scout-17b-16e"),
+        17_172_894_720 + 871_932_416
+    );
+}
+
+#[test]
+fn every_parts_list_sums_to_the_count() {
+    for (name, published) in all_models() {
+        let a = model::inspect(&fixture(name))
+            .unwrap()
+            .architecture
+            .unwrap();
+        let sum: u128 = a.parts.iter().map(model::Part::parameters).sum();
+        assert_eq!(sum, u128::from(published), "{name}");
+        let split = a.quantised_split();
+        assert_eq!(
+            split.quantised.len() + split.kept.len(),
+            a.parts.len(),
+            "{name}"
+        );
+        assert!(
+            split.not_applied.is_empty(),
+            "{name}: {:?}",
+            split.not_applied
+        );
+    }
+}
+
+/// Issue 24: a 4-bit checkpoint keeps its embeddings and lm_head at 16 bits. For Qwen2.5-7B
+/// that is 2 x 152064 x 3584 parameters left out of the packing.
+#[test]
+fn a_quantised_layout_keeps_embeddings_and_lm_head() {
+    let a = model::inspect(&fixture("qwen2.5-7b"))
+        .unwrap()
+        .architecture
+        .unwrap();
+    let split = a.quantised_split();
+    let kept: u128 = split.kept.iter().map(|p| p.parameters()).sum();
+    let embeddings: u128 = split
+        .kept
+        .iter()
+        .filter(|p| matches!(p.role, model::Role::Embeddings | model::Role::LmHead))
+        .map(|p| p.parameters())
+        .sum();
+    assert_eq!(embeddings, 2 * 152_064 * 3584);
+    // Norms and q/k/v biases are kept too.
+    assert_eq!(kept - embeddings, 28 * (2 * 3584 + 3584 + 2 * 512) + 3584);
+    assert!(split.rule.contains("AWQ, GPTQ and FP8"), "{}", split.rule);
+}
+
+/// gpt-oss-20b's checkpoint keeps attention, routers, embeddings and lm_head in bfloat16 and
+/// packs only the experts in MXFP4 (4-bit values in 16-byte blocks of 32, one 8-bit scale per
+/// block). Its files hold 11,956,805,184 elements in 13,761,264,768 bytes (uint8 blocks and
+/// scales, bfloat16 for the rest), the figures a public listing of the real safetensors shows.
+#[test]
+fn gpt_oss_layout_is_the_mxfp4_checkpoint() {
+    let a = model::inspect(&fixture("gpt-oss-20b"))
+        .unwrap()
+        .architecture
+        .unwrap();
+    let q = a.quantization.clone().unwrap();
+    assert_eq!(q.method.as_deref(), Some("mxfp4"));
+    assert_eq!(q.bits, Some(4));
+    let split = a.quantised_split();
+    assert!(
+        split
+            .quantised
+            .iter()
+            .all(|p| p.role == model::Role::Experts)
+    );
+    let packed: u128 = split.quantised.iter().map(|p| p.parameters()).sum();
+    let kept: u128 = split.kept.iter().map(|p| p.parameters()).sum();
+    assert_eq!(packed, 24 * 32 * (5760 * 2880 + 2880 * 2880));
+    let blocks = packed / 2;
+    let scales = packed / 32;
+    assert_eq!(blocks + scales + kept, 11_956_805_184);
+    assert_eq!(blocks + scales + 2 * kept, 13_761_264_768);
+}
+
+/// DeepSeek-V3's Hub total of 684,531,386,000 stored elements is this count plus what the
+/// checkpoint adds: the multi-token-prediction layer 61 (a MoE layer, enorm, hnorm, eh_proj and
+/// shared_head.norm, 11,610,068,224 unique parameters; README_WEIGHTS.md rounds them to 11.5B),
+/// that layer's own copies of embed_tokens and shared_head.head (926,679,040 each), and the
+/// float32 weight_scale_inv of every FP8 matrix, one per 128 x 128 block (41,540,496).
+#[test]
+fn deepseek_v3_published_total_is_the_count_plus_mtp_and_block_scales() {
+    let a = model::inspect(&fixture("deepseek-v3"))
+        .unwrap()
+        .architecture
+        .unwrap();
+    assert_eq!(a.parameters, 671_026_419_200);
+    assert!(
+        a.notes[0].contains("num_nextn_predict_layers is 1"),
+        "{:?}",
+        a.notes
+    );
+    let h: u128 = 7168;
+    let attention =
+        h * 1536 + 1536 + 1536 * 128 * 192 + h * 576 + 512 + 512 * 128 * 256 + 128 * 128 * h;
+    let moe = h * 256 + 256 + 257 * 3 * h * 2048;
+    let mtp_layer = attention + 2 * h + moe;
+    let mtp = mtp_layer + 3 * h + 2 * h * h;
+    assert_eq!(mtp, 11_610_068_224);
+    let copies = 2 * 129_280 * h;
+    // The split packs what the FP8 checkpoint stores in float8_e4m3fn: every linear weight of
+    // the decoder layers (the MTP layer adds 702,264 blocks of its own).
+    let split = a.quantised_split();
+    let blocks: u128 = split
+        .quantised
+        .iter()
+        .map(|p| {
+            u128::from(p.rows.div_ceil(128))
+                * u128::from(p.columns.div_ceil(128))
+                * u128::from(p.count)
+        })
+        .sum();
+    assert_eq!(blocks, 40_838_232);
+    let mtp_blocks = 702_264;
+    assert_eq!(
+        u128::from(a.parameters) + mtp + copies + blocks + mtp_blocks,
+        684_531_386_000
+    );
 }
 
 #[test]
@@ -93,7 +268,8 @@ fn attention_geometry_is_read_with_defaults() {
         gemma3.sliding_window,
         Some(model::SlidingWindow {
             window: 1024,
-            layers: 34 - 5
+            layers: 34 - 5,
+            chunked: false
         })
     );
     let gemma2 = geometry("gemma-2-9b");
@@ -101,7 +277,8 @@ fn attention_geometry_is_read_with_defaults() {
         gemma2.sliding_window,
         Some(model::SlidingWindow {
             window: 4096,
-            layers: 21
+            layers: 21,
+            chunked: false
         })
     );
     let qwen = geometry("qwen2.5-7b");
@@ -111,9 +288,39 @@ fn attention_geometry_is_read_with_defaults() {
         mistral.sliding_window,
         Some(model::SlidingWindow {
             window: 4096,
-            layers: 32
+            layers: 32,
+            chunked: false
         })
     );
+    let qwen3 = geometry("qwen3-8b");
+    assert_eq!((qwen3.layers, qwen3.kv_heads, qwen3.head_dim), (36, 8, 128));
+    assert_eq!(qwen3.sliding_window, None);
+    // gpt-oss: layer_types alternate, 12 of 24 layers slide over 128 tokens.
+    let oss = geometry("gpt-oss-20b");
+    assert_eq!(
+        oss.sliding_window,
+        Some(model::SlidingWindow {
+            window: 128,
+            layers: 12,
+            chunked: false
+        })
+    );
+    assert_eq!(oss.kv_elements_per_layer(), 2 * 8 * 64);
+    // Llama 4: 36 of 48 layers (no_rope_layers 1) attend within chunks of 8192 tokens.
+    let scout = geometry("llama-4-scout-17b-16e");
+    assert_eq!(
+        scout.sliding_window,
+        Some(model::SlidingWindow {
+            window: 8192,
+            layers: 36,
+            chunked: true
+        })
+    );
+    // DeepSeek-V3 caches one latent of kv_lora_rank + qk_rope_head_dim = 512 + 64 per token per
+    // layer, not 2 x 128 heads x 192.
+    let v3 = geometry("deepseek-v3");
+    assert_eq!(v3.latent_kv, Some(576));
+    assert_eq!(v3.kv_elements_per_token(), 61 * 576);
 }
 
 /// One tensor: name, dtype, shape.
@@ -163,7 +370,7 @@ fn decoder_tensors(c: &Value, arch: &str, prefix: &str, dtype: &'static str) -> 
             add(format!("{p}self_attn.v_proj.bias"), vec![kv * hd]);
         }
         add(format!("{p}self_attn.o_proj.weight"), vec![h, heads * hd]);
-        if arch == "Gemma3" {
+        if arch == "Gemma3" || arch == "Qwen3" {
             add(format!("{p}self_attn.q_norm.weight"), vec![hd]);
             add(format!("{p}self_attn.k_norm.weight"), vec![hd]);
         }
@@ -253,6 +460,49 @@ fn gemma3_multimodal_tensors(c: &Value) -> Vec<Tensor> {
     t
 }
 
+/// GptOssForCausalLM's unquantised checkpoint (as transformers saves it): fused expert tensors
+/// with per-expert biases, attention biases and sinks, a router with bias.
+fn gpt_oss_tensors(c: &Value) -> Vec<Tensor> {
+    let (v, h, i) = (
+        get(c, "vocab_size", 0),
+        get(c, "hidden_size", 0),
+        get(c, "intermediate_size", 0),
+    );
+    let (heads, kv, hd) = (
+        get(c, "num_attention_heads", 0),
+        get(c, "num_key_value_heads", 0),
+        get(c, "head_dim", 0),
+    );
+    let e = get(c, "num_local_experts", 0);
+    let mut t: Vec<Tensor> = Vec::new();
+    let mut add = |name: String, shape: Vec<u64>| t.push((name, "BF16", shape));
+    add("model.embed_tokens.weight".into(), vec![v, h]);
+    for l in 0..get(c, "num_hidden_layers", 0) {
+        let p = format!("model.layers.{l}.");
+        for (proj, out, inp) in [
+            ("q_proj", heads * hd, h),
+            ("k_proj", kv * hd, h),
+            ("v_proj", kv * hd, h),
+            ("o_proj", h, heads * hd),
+        ] {
+            add(format!("{p}self_attn.{proj}.weight"), vec![out, inp]);
+            add(format!("{p}self_attn.{proj}.bias"), vec![out]);
+        }
+        add(format!("{p}self_attn.sinks"), vec![heads]);
+        add(format!("{p}mlp.router.weight"), vec![e, h]);
+        add(format!("{p}mlp.router.bias"), vec![e]);
+        add(format!("{p}mlp.experts.gate_up_proj"), vec![e, h, 2 * i]);
+        add(format!("{p}mlp.experts.gate_up_proj_bias"), vec![e, 2 * i]);
+        add(format!("{p}mlp.experts.down_proj"), vec![e, i, h]);
+        add(format!("{p}mlp.experts.down_proj_bias"), vec![e, h]);
+        add(format!("{p}input_layernorm.weight"), vec![h]);
+        add(format!("{p}post_attention_layernorm.weight"), vec![h]);
+    }
+    add("model.norm.weight".into(), vec![h]);
+    add("lm_head.weight".into(), vec![v, h]);
+    t
+}
+
 fn tensors_of(name: &str) -> Vec<Tensor> {
     let c = config(name);
     let arch = c["architectures"][0].as_str().unwrap();
@@ -268,6 +518,8 @@ fn tensors_of(name: &str) -> Vec<Tensor> {
         "MixtralForCausalLM" => decoder_tensors(&c, "Mixtral", "", dtype),
         "Gemma2ForCausalLM" => decoder_tensors(&c, "Gemma2", "", dtype),
         "Phi3ForCausalLM" => decoder_tensors(&c, "Phi3", "", dtype),
+        "Qwen3ForCausalLM" => decoder_tensors(&c, "Qwen3", "", dtype),
+        "GptOssForCausalLM" => gpt_oss_tensors(&c),
         other => panic!("no tensor list for {other}"),
     }
 }

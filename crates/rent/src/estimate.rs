@@ -141,7 +141,8 @@ pub struct Estimate {
     pub parameters: u64,
     /// Storage width asked for, in bits.
     pub bits: u32,
-    /// ceil(bits / 8): a 4-bit or 12-bit parameter still occupies whole bytes here.
+    /// ceil(bits / 8): a 4-bit or 12-bit parameter still occupies whole bytes here (the seed's
+    /// rule, the headline; `rent::memory` gives the packed size beside it).
     pub bytes_per_parameter: u32,
     /// parameters x bytes_per_parameter, exact (up to 8 x u64::MAX, hence u128).
     pub weight_bytes: u128,
@@ -151,7 +152,8 @@ pub struct Estimate {
     pub weight_gb: Decimal,
     /// The user's assumed reserve in GiB (0 when not given), 4 places.
     pub reserve_gib: Decimal,
-    /// weight_gib + reserve_gib.
+    /// weight_gib + reserve_gib: the weights plus the reserve, never less than the weights (in a
+    /// model-aware estimate, `rent::memory`, model_gib + reserve_gib).
     pub total_gib: Decimal,
     /// What is not included.
     pub excluded: Vec<&'static str>,

@@ -675,6 +675,90 @@ pub(crate) fn probe_bars(
     })
 }
 
+/// One GPU of a fleet chart: its figure, the datasheet figure, and whether it is the fleet's
+/// outlier on it.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetBar {
+    /// `n0/cuda:1`.
+    pub label: String,
+    pub value: f64,
+    pub reference: Option<f64>,
+    pub outlier: bool,
+}
+
+/// One probe figure on one axis: a bar per GPU of every node, the outliers in red, each with
+/// a black line at its datasheet figure.
+pub(crate) fn fleet_bars(
+    title: &str,
+    y_desc: &str,
+    bars: &[FleetBar],
+) -> Result<String, ReportError> {
+    let n = bars.len().max(1);
+    let labels: Vec<String> = bars.iter().map(|b| b.label.clone()).collect();
+    let top = bars
+        .iter()
+        .flat_map(|b| std::iter::once(b.value).chain(b.reference))
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+        .max(1e-9)
+        * 1.5;
+    let has_reference = bars.iter().any(|b| b.reference.is_some());
+    let has_outlier = bars.iter().any(|b| b.outlier);
+    let width = width_for(n);
+    let z = Sizes::of(width);
+    svg(title, (width, z.px(400.0)), |root| {
+        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
+        let mut chart = ChartBuilder::on(root)
+            .caption(title, z.font(24.0))
+            .margin(z.px(12.0))
+            .x_label_area_size(z.px(46.0))
+            .y_label_area_size(z.px(72.0))
+            .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
+        categorical_mesh(&mut chart, ("node/GPU", y_desc), &labels, z)?;
+        for (outlier, name, color) in [
+            (false, "GPU", PALETTE[0]),
+            (
+                true,
+                "outlier: more than 10% below the fleet's median of the others",
+                PALETTE[1],
+            ),
+        ] {
+            if outlier && !has_outlier {
+                continue;
+            }
+            chart
+                .draw_series(
+                    bars.iter()
+                        .enumerate()
+                        .filter(|(_, b)| b.outlier == outlier)
+                        .map(|(i, b)| {
+                            let x = i as f64 + 0.15;
+                            Rectangle::new([(x, 0.0), (x + 0.7, b.value)], color.filled())
+                        }),
+                )?
+                .label(name)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                });
+        }
+        if has_reference {
+            chart
+                .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                    b.reference.map(|r| {
+                        let x = i as f64 + 0.15;
+                        PathElement::new(vec![(x, r), (x + 0.7, r)], BLACK.stroke_width(3))
+                    })
+                }))?
+                .label("datasheet figure")
+                .legend(|(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
+                });
+        }
+        legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
+        Ok(())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

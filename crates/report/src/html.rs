@@ -7,7 +7,7 @@ use lab::measure::document::MeasurementDocument;
 use serde_json::Value;
 use sweep::summary::{Row, Status};
 
-use crate::charts::{self, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
+use crate::charts::{self, FleetBar, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
 use crate::load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep};
 use crate::units::{bytes, bytes_unit, figure as number, flops_unit, tick};
 
@@ -126,6 +126,9 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
     }
     if !inputs.probes.is_empty() {
         body.push_str("<section id=\"probes\">\n<h2>Probes</h2>\n<p class=\"note\">Copy bandwidth and dense GEMM throughput per GPU (the median of repeated timed runs), each against the datasheet figure of the detected model (the black line).</p>\n<div class=\"grid\">\n");
+        if inputs.probes.len() > 1 {
+            fleet_charts(&mut body, &inputs.probes)?;
+        }
         for probe in &inputs.probes {
             probe_card(&mut body, probe)?;
         }
@@ -265,6 +268,119 @@ fn run_card(
         ),
         &charts::phase_memory(run, axes)?,
     );
+    out.push_str("</article>\n");
+    Ok(())
+}
+
+/// How a probe's node is named on a fleet chart: the node its document records (its name, else
+/// its rank), else the folder the document sits in (`DIR/<node>/probe.json`), else its label.
+fn node_name(probe: &Probe) -> String {
+    if let Some(n) = &probe.doc.node {
+        if let Some(name) = &n.name {
+            return name.clone();
+        }
+        if let Some(r) = n.rank {
+            return format!("rank {r}");
+        }
+    }
+    std::path::Path::new(&probe.label)
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| probe.label.clone())
+}
+
+/// Several probes (the nodes of a fleet, or machines side by side): each figure on one axis
+/// with every device of every probe, the outliers (more than the lot's tolerance below the
+/// median of all the others) marked.
+fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
+    // (figure name, label, unit, bars)
+    let mut figures: Vec<(String, String, &str, Vec<FleetBar>)> = Vec::new();
+    let mut add = |name: &str, label: &str, unit: &'static str, bar: FleetBar| match figures
+        .iter_mut()
+        .find(|f| f.0 == name)
+    {
+        Some(f) => f.3.push(bar),
+        None => figures.push((name.to_string(), label.to_string(), unit, vec![bar])),
+    };
+    for p in probes {
+        let node = node_name(p);
+        for d in &p.doc.devices {
+            let label = format!("{node}/{}", d.device);
+            for c in &d.copies {
+                if let Some(v) = c.gb_per_s {
+                    let bar = FleetBar {
+                        label: label.clone(),
+                        value: v,
+                        reference: line_at(v, c.reference.as_ref()),
+                        outlier: false,
+                    };
+                    add(c.kind.name(), c.kind.label(), "GB/s", bar);
+                }
+            }
+            for g in &d.gemms {
+                if let Some(v) = g.tflops {
+                    let bar = FleetBar {
+                        label: label.clone(),
+                        value: v,
+                        reference: line_at(v, g.reference.as_ref()),
+                        outlier: false,
+                    };
+                    add(
+                        g.kind.name(),
+                        &format!("{} GEMM", g.kind.name()),
+                        "TFLOP/s",
+                        bar,
+                    );
+                }
+            }
+        }
+    }
+    if figures.iter().all(|f| f.3.len() < 2) {
+        return Ok(());
+    }
+    let tolerance = probes.first().map_or(lab::probe::LOT_OUTLIER_PERCENT, |p| {
+        p.doc.configuration.lot_outlier_percent
+    });
+    let _ = writeln!(
+        out,
+        "<article class=\"card fleet\">\n<h3>Every device of every probe</h3>\n<p class=\"note\">{} probe(s) side by side: each figure on one axis, one bar per device of every node; a device more than {}% below the median of all the others is marked as the outlier.</p>",
+        probes.len(),
+        number(tolerance, 0)
+    );
+    let mut named: Vec<String> = Vec::new();
+    for (name, label, unit, bars) in &mut figures {
+        let values: Vec<f64> = bars.iter().map(|b| b.value).collect();
+        for o in lab::stats::low_outliers_of_lot(&values, tolerance) {
+            bars[o.index].outlier = true;
+            named.push(format!(
+                "{} {name}: {} {unit}, {}% below the others' median {}",
+                bars[o.index].label,
+                number(o.value, 1),
+                number(o.percent_below, 0),
+                number(o.median_of_others, 1)
+            ));
+        }
+        if bars.len() < 2 {
+            continue;
+        }
+        figure(
+            out,
+            "fleet-figure",
+            &format!(
+                "{label}: every device of every probe; red bars are outliers, the black line is the datasheet figure."
+            ),
+            &charts::fleet_bars(&format!("{label} across nodes"), unit, bars)?,
+        );
+    }
+    if !named.is_empty() {
+        out.push_str("<ul>\n");
+        for n in named {
+            let _ = writeln!(out, "<li class=\"bad\">outlier: {}</li>", escape(&n));
+        }
+        out.push_str("</ul>\n");
+    }
     out.push_str("</article>\n");
     Ok(())
 }

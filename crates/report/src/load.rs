@@ -226,7 +226,8 @@ impl Budget {
 }
 
 /// Reads documents and folders: a folder with a `summary.csv` is a sweep, whose documents are
-/// read only by plain file names inside it; any other folder contributes each `.json` document
+/// read only by plain file names inside it; a fleet's folder (node sub-folders holding
+/// `probe.json` or `measure.json`) contributes those; any other folder contributes each `.json` document
 /// in it (sorted by name). A document is a measurement or a probe, told apart by its schema. Each document is read within [`MEASUREMENT_LIMIT`], all of them within
 /// `TOTAL_LIMIT`.
 pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
@@ -250,6 +251,10 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
                     rows,
                     first,
                 });
+            } else if let Some(nodes) = fleet_documents(path)? {
+                for f in nodes {
+                    add(&mut inputs, &f, &mut budget)?;
+                }
             } else {
                 let mut files: Vec<PathBuf> = std::fs::read_dir(path)
                     .map_err(|e| ReportError::Read {
@@ -278,6 +283,27 @@ pub fn load(paths: &[PathBuf]) -> Result<Inputs, ReportError> {
         }
     }
     Ok(inputs)
+}
+
+/// A fleet's folder (as `fleet slurm` and `fleet skypilot` lay it out): one sub-folder per node
+/// holding `probe.json` and `measure.json` (`environment.json` is not drawn). Their paths, nodes
+/// by name, or `None` when no sub-folder holds one (then the folder is read as any other).
+fn fleet_documents(path: &Path) -> Result<Option<Vec<PathBuf>>, ReportError> {
+    let mut nodes: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| ReportError::Read {
+            path: path.to_path_buf(),
+            reason: lab_io::files::os_message(&e),
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.symlink_metadata().is_ok_and(|m| m.is_dir()))
+        .collect();
+    nodes.sort();
+    let found: Vec<PathBuf> = nodes
+        .iter()
+        .flat_map(|n| ["probe.json", "measure.json"].map(|f| n.join(f)))
+        .filter(|p| p.symlink_metadata().is_ok_and(|m| m.is_file()))
+        .collect();
+    Ok((!found.is_empty()).then_some(found))
 }
 
 fn add(inputs: &mut Inputs, path: &Path, budget: &mut Budget) -> Result<(), ReportError> {

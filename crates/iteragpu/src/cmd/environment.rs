@@ -4,8 +4,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use lab::environment::Environment;
+use lab::environment::{Environment, EnvironmentReport};
 use lab::lot::{Expectation, Finding, LOT_SCHEMA, LotReport, Severity, check_lot};
+use lab::node::{NodeIdentity, parse_node_name};
 use lab::tool::ToolInfo;
 use lab_cuda::lot::{Selection, parse_selection};
 use ledger::Package;
@@ -30,6 +31,7 @@ Examples:
   iteragpu environment --device all
   iteragpu environment --device cuda:0,1 --json
   iteragpu environment --package b200:7:1
+  iteragpu environment --package b200:7:4 --node n1   (one node of four)
 
 `--device all` (or a list such as cuda:0,1) reports every GPU, one block each, and checks the
 lot: the same model and memory on every GPU, the number of GPUs the package promises, ECC
@@ -37,7 +39,13 @@ errors, pages or rows waiting to be retired or remapped, MIG mode, persistence, 
 throttle reasons, the PCIe link against its maximum and the datasheet, NVLink links, peer
 access between every pair, and other processes holding memory. Each finding that can cost the
 renter money is a named warning with its figures. Exit 0 even when no GPU is usable: the report
-then says why.")]
+then says why.
+
+Under Slurm or SkyPilot the report records the scheduler's node name, rank, node count and job
+id (SLURMD_NODENAME, SLURM_NODEID, SLURM_JOB_NUM_NODES, SLURM_JOB_ID; SKYPILOT_NODE_RANK,
+SKYPILOT_NUM_NODES, SKYPILOT_TASK_ID: no other variable is read), and on node k of N the lot
+check expects the node's share of --package, package GPUs / N (a package that does not split
+evenly is refused). Outside a scheduler no node or host name is recorded unless --node names it.")]
 pub struct Args {
     /// The device to describe: `cuda:N` (an NVIDIA GPU), `cpu` (the CPU reference device), `all`
     /// (every GPU, with lot checks) or a list such as `cuda:0,1` [default: cuda:0, or all with
@@ -59,9 +67,33 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub datasheet: Option<PathBuf>,
 
+    /// Name this node in the report (under a scheduler, instead of the scheduler's node name;
+    /// outside one, no node is recorded without it).
+    #[arg(long, value_name = "NAME", value_parser = parse_node_name)]
+    pub node: Option<String>,
+
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// This process's node: the scheduler's variables only, `--node NAME` in place of its name.
+pub fn node(name: Option<&str>) -> Option<NodeIdentity> {
+    NodeIdentity::detect(name)
+}
+
+/// What this node must hold of the package: its share on node k of N (a package that does not
+/// split evenly is a usage error), else the whole package.
+pub fn node_expectation(
+    expectation: Option<Expectation>,
+    node: Option<&NodeIdentity>,
+) -> anyhow::Result<Option<Expectation>> {
+    expectation
+        .map(|e| {
+            e.for_node(node)
+                .map_err(|e| exit::usage(format!("--package: {e}")))
+        })
+        .transpose()
 }
 
 /// `GPU:DAYS:LOTS`.
@@ -106,6 +138,7 @@ pub fn expectation(
         lots: p.lots,
         gpus: u64::from(t.gpus_per_lot) * u64::from(p.lots),
         usable_memory_mib: t.usable_memory_mib,
+        share: None,
     }))
 }
 
@@ -137,10 +170,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
              cuda:0,1, or cpu"
         )));
     };
+    let report = EnvironmentReport {
+        environment: env,
+        node: node(args.node.as_deref()),
+    };
     if args.json {
-        output::print_json(&env)?;
+        output::print_json(&report)?;
     } else {
-        output::print_text(&render(&env))?;
+        output::print_text(&render(&report.environment, report.node.as_ref()))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -148,7 +185,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// `--device all` / `cuda:0,1`: every GPU, the peer matrix and the lot checks.
 fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
     let datasheet = datasheet(args.datasheet.as_deref())?;
-    let expectation = expectation(args.package.as_ref(), args.catalogue.as_deref())?;
+    let node = node(args.node.as_deref());
+    let expectation = node_expectation(
+        expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+        node.as_ref(),
+    )?;
     let tool = tool_info();
     let scan = lab_cuda::lot::scan(selection, &tool);
     let facts: Vec<_> = scan
@@ -172,6 +213,7 @@ fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
         usable: scan.problem.is_none() && scan.devices.iter().all(|d| d.environment.usable),
         problem: scan.problem.as_ref().map(ToString::to_string),
         package: expectation,
+        node,
         devices: scan.devices,
         peers: scan.peers,
         datasheet: datasheet.name().to_string(),
@@ -201,12 +243,26 @@ fn render_lot(r: &LotReport) -> String {
         .visible_devices
         .map_or("no driver".to_string(), |n| format!("{n} GPU(s) visible"));
     let _ = writeln!(out, "lot: {} ({visible})", r.requested_device);
+    if let Some(n) = &r.node {
+        let _ = writeln!(out, "node: {}", n.describe());
+    }
     if let Some(p) = &r.package {
         let _ = writeln!(
             out,
             "package: {} promises {} x {} ({} per lot x {} lot(s), {} MiB each)",
             p.package, p.gpus, p.model, p.gpus_per_lot, p.lots, p.usable_memory_mib
         );
+        if let Some(s) = p.share {
+            let _ = writeln!(
+                out,
+                "share: node {} of {} expects {} of them ({} / {} nodes)",
+                s.node_rank + 1,
+                s.nodes,
+                s.gpus,
+                p.gpus,
+                s.nodes
+            );
+        }
     }
     if let Some(problem) = &r.problem {
         let _ = writeln!(out, "problem: {problem}");
@@ -257,7 +313,7 @@ pub fn render_findings(findings: &[Finding], datasheet: &str) -> String {
 }
 
 /// The human report: a header, then the details as indented `key: value` lines.
-fn render(env: &Environment) -> String {
+fn render(env: &Environment, node: Option<&NodeIdentity>) -> String {
     let mut out = String::new();
     let commit = env.tool.commit.as_deref().unwrap_or("unknown commit");
     let _ = writeln!(out, "{} {} ({commit})", env.tool.name, env.tool.version);
@@ -265,6 +321,9 @@ fn render(env: &Environment) -> String {
         && let Some(line) = NOT_YET_ON_A_GPU
     {
         let _ = writeln!(out, "{line}");
+    }
+    if let Some(n) = node {
+        let _ = writeln!(out, "node: {}", n.describe());
     }
     out.push_str(&render_body(env));
     out
@@ -349,7 +408,7 @@ mod tests {
             problem: Some("no NVIDIA driver was found".into()),
             details: serde_json::json!({"gpu": {"name": "H200", "sm_count": 132, "nvml": null}, "ecc": true}),
         };
-        let text = render(&env);
+        let text = render(&env, None);
         assert!(text.contains("(abc1234)"));
         if let Some(line) = NOT_YET_ON_A_GPU {
             assert!(text.contains(&format!("(abc1234)\n{line}\ndevice: cuda:0")));

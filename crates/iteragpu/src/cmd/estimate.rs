@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use rent::estimate::{parse_bits, parse_reserve_gib};
-use rent::memory::{MemoryEstimate, MemoryOptions, ModelFacts, memory};
+use rent::memory::{
+    Grouping, Kept, KvKind, KvLayers, Layout, Matrix, MemoryEstimate, MemoryOptions, ModelFacts,
+    Scheme, memory,
+};
 use rent::units::parse_parameters;
 use rust_decimal::Decimal;
 use serde::Serialize;
@@ -22,10 +25,15 @@ Examples:
   iteragpu estimate --model data/models/llama-3.1-8b --context 8192 --batch 4
   iteragpu estimate --model path/to/model-folder            (reads safetensors headers only)
   iteragpu estimate --model data/models/qwen2.5-7b --bits 4 --group-size 128
+  iteragpu estimate --model data/models/gpt-oss-20b          (its MXFP4 layout, from config.json)
+  iteragpu estimate --model data/models/deepseek-v3 --context 32768   (latent KV cache)
   iteragpu estimate --model data/models/llama-3.2-3b --training adam
 
-Bytes per parameter are ceil(bits / 8): 4-bit weights count one whole byte each in weight bytes;
-with bits not a multiple of 8, the packed size ceil(parameters x bits / 8) is given beside it.
+Bytes per parameter are ceil(bits / 8): 4-bit weights count one whole byte each in weight bytes,
+the headline, whose total is never below them. A width that packs below whole bytes gets a second
+figure with its own total: ceil(parameters x bits / 8), or with --model the layout a quantised
+checkpoint stores (linear layers packed; embeddings, lm_head, norms, biases and routers at 16
+bits; scales and zero points per group, from the config or 128-column groups).
 --model takes a model folder (config.json and/or *.safetensors, sharded or not) or a config.json:
 with safetensors files the count and bytes are exact from their headers (the tensor data is never
 read); with config.json alone the count comes from the architecture's formula.
@@ -70,8 +78,8 @@ pub struct Args {
 /// The options shared by `estimate` and `fit` beyond the weights.
 #[derive(Debug, Clone, clap::Args)]
 pub struct MemoryArgs {
-    /// Quantisation scales: one scale per group of G parameters (needs --bits), stated as an
-    /// assumption.
+    /// Quantisation scales: one scale and one zero point per group of G columns of each packed
+    /// matrix (needs --bits), stated as an assumption.
     #[arg(long, value_name = "G", value_parser = parse_positive)]
     pub group_size: Option<u64>,
 
@@ -160,20 +168,67 @@ pub fn load(path: &std::path::Path, context: Option<u64>) -> anyhow::Result<Load
         && let Some(w) = att.sliding_window
         && w.window < c
     {
+        let (what, how) = if w.chunked {
+            (
+                "chunked attention",
+                format!("attend within chunks of {} tokens", w.window),
+            )
+        } else {
+            (
+                "sliding window",
+                format!("attend to the last {} tokens only", w.window),
+            )
+        };
         notes.push(format!(
-            "sliding window: {} of {} layers attend to the last {} tokens only; an engine that \
-             exploits it caches at most {} tokens there, but this KV figure counts all {c} tokens \
-             in every layer",
-            w.layers, att.layers, w.window, w.window
+            "{what}: {} of {} layers {how}; the KV figure caches at most {} tokens in each of \
+             them and all {c} tokens in the other {}",
+            w.layers,
+            att.layers,
+            w.window,
+            att.layers - w.layers
         ));
     }
-    if m.architecture.as_ref().is_some_and(|a| a.quantized) {
-        notes.push(
-            "config.json declares a quantization_config: with safetensors the stored bytes are \
-             exact; from config alone, pass --bits for the quantised width"
-                .to_string(),
-        );
+    if let Some(a) = &m.architecture
+        && a.quantized
+    {
+        let q = a.quantization.as_ref();
+        let method = q.and_then(|q| q.method.as_deref()).unwrap_or("unnamed");
+        notes.push(match q.and_then(|q| q.bits) {
+            Some(bits) => format!(
+                "config.json declares a quantization_config ({method}, {bits}-bit): with \
+                 safetensors the stored bytes are exact; from config alone the weights are \
+                 counted at its {bits} bits unless --bits says otherwise"
+            ),
+            None => format!(
+                "config.json declares a quantization_config ({method}) whose width is not \
+                 read here: with safetensors the stored bytes are exact; from config alone, pass \
+                 --bits for the quantised width"
+            ),
+        });
     }
+    if let Some(a) = &m.architecture {
+        notes.extend(a.notes.iter().cloned());
+        let split = a.quantised_split();
+        if !split.not_applied.is_empty() {
+            notes.push(format!(
+                "modules_to_not_convert entries not applied to the packed layout (they name a \
+                 single layer or a module not counted here): {}",
+                split.not_applied.join(", ")
+            ));
+        }
+    }
+    let kv_layers = attention.as_ref().map(kv_layers).unwrap_or_default();
+    let (layout, quantised_bits, scheme) = match &m.architecture {
+        Some(a) => {
+            let q = a.quantization.as_ref();
+            (
+                Some(layout(a)),
+                q.and_then(|q| q.bits),
+                q.and_then(|q| q.scheme).map(scheme),
+            )
+        }
+        None => (None, None, None),
+    };
     let facts = ModelFacts {
         parameters: m.parameters,
         active_parameters: m.active_parameters,
@@ -182,12 +237,94 @@ pub fn load(path: &std::path::Path, context: Option<u64>) -> anyhow::Result<Load
         kv_elements_per_token: attention
             .as_ref()
             .map(model::Attention::kv_elements_per_token),
+        kv_layers,
+        layout,
+        quantised_bits,
+        scheme,
     };
     Ok(LoadedModel {
         model: m,
         facts,
         notes,
     })
+}
+
+/// The KV cache's layers by kind, from the attention geometry.
+fn kv_layers(a: &model::Attention) -> Vec<KvLayers> {
+    let elements = a.kv_elements_per_layer();
+    let full_kind = if a.latent_kv.is_some() {
+        KvKind::Latent
+    } else {
+        KvKind::Full
+    };
+    let windowed = a.sliding_window.map_or(0, |w| w.layers.min(a.layers));
+    let mut out = Vec::new();
+    if let Some(w) = a.sliding_window
+        && windowed > 0
+    {
+        out.push(KvLayers {
+            kind: if w.chunked {
+                KvKind::Chunked
+            } else {
+                KvKind::SlidingWindow
+            },
+            layers: windowed,
+            elements_per_token_per_layer: elements,
+            window: Some(w.window),
+        });
+    }
+    if a.layers > windowed {
+        out.push(KvLayers {
+            kind: full_kind,
+            layers: a.layers - windowed,
+            elements_per_token_per_layer: elements,
+            window: None,
+        });
+    }
+    out
+}
+
+/// The packed layout of a quantised checkpoint of `a`, for `rent::memory`.
+fn layout(a: &model::Architecture) -> Layout {
+    let split = a.quantised_split();
+    let quantised = split
+        .quantised
+        .iter()
+        .map(|p| Matrix {
+            rows: p.rows,
+            columns: p.columns,
+            count: p.count,
+        })
+        .collect();
+    // Kept tensors summed by kind, in the order of model::Role.
+    let mut kept: BTreeMap<model::Role, u128> = BTreeMap::new();
+    for p in &split.kept {
+        *kept.entry(p.role).or_default() += p.parameters();
+    }
+    Layout {
+        quantised,
+        kept: kept
+            .into_iter()
+            .map(|(role, parameters)| Kept {
+                what: role.label().to_string(),
+                parameters: u64::try_from(parameters).unwrap_or(u64::MAX),
+            })
+            .collect(),
+        rule: split.rule,
+    }
+}
+
+/// A config's scale layout, for `rent::memory`.
+fn scheme(s: model::Scheme) -> Scheme {
+    Scheme {
+        grouping: match s.grouping {
+            model::Grouping::Columns(g) => Grouping::Columns(g),
+            model::Grouping::Blocks { rows, columns } => Grouping::Blocks { rows, columns },
+            model::Grouping::Rows => Grouping::Rows,
+        },
+        scale_bits: s.scale_bits,
+        zero_point_bits: s.zero_point_bits,
+    }
 }
 
 /// The lab options from the command line.
@@ -222,11 +359,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             let e = memory(&facts, &options).map_err(usage)?;
             if args.json {
-                if options == plain(args.bits, reserve) && e.packed_weight_bytes.is_none() {
-                    output::print_json(&e.base)?;
-                } else {
-                    output::print_json(&e)?;
-                }
+                output::print_json(&e)?;
             } else {
                 output::print_text(&render(&e, args.reserve_gib.is_some(), None, &[]))?;
             }
@@ -258,17 +391,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The options of the original `estimate --parameters N --bits B [--reserve-gib R]`, whose JSON
-/// stays exactly the original's keys.
-fn plain(bits: Option<u32>, reserve: Decimal) -> MemoryOptions {
-    MemoryOptions {
-        bits,
-        reserve_gib: reserve,
-        ..MemoryOptions::default()
-    }
-}
-
-/// The human report.
+/// The human report: the headline (whole bytes per parameter) and its total, then the packed
+/// figure with its own total; every total says what it adds.
 fn render(
     e: &MemoryEstimate,
     reserve_given: bool,
@@ -280,7 +404,6 @@ fn render(
     let model_lines = model.is_some()
         || e.kv_cache_bytes.is_some()
         || e.training.is_some()
-        || e.packed_weight_bytes.is_some()
         || e.quantisation_metadata_bytes.is_some();
     if model_lines {
         let _ = writeln!(s, "Memory estimate");
@@ -327,15 +450,18 @@ fn render(
     let _ = writeln!(s, "  weight bytes        {}", b.weight_bytes);
     let _ = writeln!(s, "  weight GiB (2^30)   {}", b.weight_gib);
     let _ = writeln!(s, "  weight GB (10^9)    {}", b.weight_gb);
-    if let Some(p) = e.packed_weight_bytes {
+    if let (Some(q), Some(m)) = (e.quantisation_metadata_bytes, &e.quantisation_metadata) {
         let _ = writeln!(
             s,
-            "  packed weight bytes {p} (ceil(parameters x {} / 8))",
-            b.bits
+            "  scales and zeros    {q} bytes ({} groups: {}-bit scale{})",
+            m.groups,
+            m.scale_bits,
+            if m.zero_point_bits > 0 {
+                format!(", {}-bit zero point", m.zero_point_bits)
+            } else {
+                ", no zero point".to_string()
+            }
         );
-    }
-    if let Some(q) = e.quantisation_metadata_bytes {
-        let _ = writeln!(s, "  scales (assumed)    {q} bytes");
     }
     if let (Some(per), Some(bits)) = (e.kv_cache_bytes_per_token, e.kv_bits) {
         let _ = writeln!(
@@ -344,11 +470,20 @@ fn render(
         );
     }
     if let (Some(kv), Some(c)) = (e.kv_cache_bytes, e.context) {
+        let windowed = e
+            .kv_cache_layers
+            .as_ref()
+            .is_some_and(|l| l.iter().any(|l| l.cached_tokens < c));
         let _ = writeln!(
             s,
-            "  KV cache            {kv} bytes ({c} tokens x {} sequence{})",
+            "  KV cache            {kv} bytes ({c} tokens x {} sequence{}{})",
             e.batch,
-            if e.batch == 1 { "" } else { "s" }
+            if e.batch == 1 { "" } else { "s" },
+            if windowed {
+                "; windowed layers hold fewer"
+            } else {
+                ""
+            }
         );
     }
     if let Some(t) = &e.training {
@@ -359,24 +494,95 @@ fn render(
         let _ = writeln!(s, "    Adam first moment    {}", t.adam_first_moment_bytes);
         let _ = writeln!(s, "    Adam second moment   {}", t.adam_second_moment_bytes);
     }
+    let adds = |items: &[rent::memory::Item]| -> String {
+        items
+            .iter()
+            .filter(|i| i.item != "reserve")
+            .map(|i| short(i.item))
+            .collect::<Vec<_>>()
+            .join(" + ")
+    };
     if model_lines {
-        let _ = writeln!(s, "  total bytes         {}", e.total_bytes);
+        let _ = writeln!(
+            s,
+            "  model bytes         {} ({})",
+            e.model_bytes,
+            adds(&e.total_breakdown)
+        );
     }
     let what = if model_lines { "model" } else { "weights" };
-    if reserve_given {
-        let _ = writeln!(
-            s,
-            "  reserve (assumed)   {} GiB (your assumption, not measured)",
-            b.reserve_gib
-        );
-        let _ = writeln!(
-            s,
-            "  total               {} GiB ({what} + reserve)",
-            b.total_gib
-        );
-    } else {
-        let _ = writeln!(s, "  reserve (assumed)   none (--reserve-gib R adds one)");
-        let _ = writeln!(s, "  total               {} GiB ({what} only)", b.total_gib);
+    total_lines(
+        &mut s,
+        reserve_given,
+        b.reserve_gib,
+        b.total_gib,
+        model_lines.then_some(e.model_gib),
+        what,
+    );
+    if let (Some(p), Some(gib)) = (e.packed_weight_bytes, e.packed_weight_gib) {
+        let _ = writeln!(s);
+        match &e.packed_layout {
+            Some(l) => {
+                let _ = writeln!(
+                    s,
+                    "Packed {}-bit weights, a second figure (as a quantised checkpoint stores them)",
+                    b.bits
+                );
+                let _ = writeln!(
+                    s,
+                    "  packed              {} parameters at {} bits: {} bytes",
+                    l.quantised_parameters, b.bits, l.quantised_bytes
+                );
+                let kept: u128 = l.kept.iter().map(|k| u128::from(k.parameters)).sum();
+                let _ = writeln!(
+                    s,
+                    "  kept at {} bits     {kept} parameters: {} bytes ({})",
+                    l.kept_bits,
+                    l.kept_bytes,
+                    l.kept
+                        .iter()
+                        .map(|k| format!("{} {}", k.what, k.parameters))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "Packed {}-bit storage, a second figure (ceil(parameters x {} / 8) bytes{})",
+                    b.bits,
+                    b.bits,
+                    if e.quantisation_metadata_bytes.is_some() {
+                        ""
+                    } else {
+                        "; no scales or zero points"
+                    }
+                );
+            }
+        }
+        let _ = writeln!(s, "  packed weight bytes {p}");
+        let _ = writeln!(s, "  packed weight GiB   {gib}");
+        if let (true, Some(pm), Some(items)) = (
+            model_lines,
+            e.packed_model_bytes,
+            e.packed_total_breakdown.as_ref(),
+        ) {
+            let _ = writeln!(s, "  packed model bytes  {pm} ({})", adds(items));
+        }
+        if let Some(total) = e.packed_total_gib {
+            let what = if model_lines {
+                "packed model"
+            } else {
+                "packed weights"
+            };
+            let model_gib = if model_lines {
+                e.packed_model_gib
+            } else {
+                None
+            };
+            let _ = write!(s, "  packed total        ");
+            total_value(&mut s, reserve_given, b.reserve_gib, total, model_gib, what);
+        }
     }
     let _ = writeln!(s);
     for line in e.assumptions.iter().chain(notes) {
@@ -398,4 +604,50 @@ fn render(
         "GiB and GB are rounded half to even at 4 decimals; bytes are exact."
     );
     s
+}
+
+/// A total line's item, in a few words.
+fn short(item: &str) -> &str {
+    match item {
+        "quantisation metadata (scales, zero points)" => "scales and zeros",
+        "training states (gradients, float32 master copy, Adam moments)" => "training states",
+        other => other,
+    }
+}
+
+/// The reserve line and the headline total.
+fn total_lines(
+    s: &mut String,
+    reserve_given: bool,
+    reserve: Decimal,
+    total: Decimal,
+    model_gib: Option<Decimal>,
+    what: &str,
+) {
+    if reserve_given {
+        let _ = writeln!(
+            s,
+            "  reserve (assumed)   {reserve} GiB (your assumption, not measured)"
+        );
+    } else {
+        let _ = writeln!(s, "  reserve (assumed)   none (--reserve-gib R adds one)");
+    }
+    let _ = write!(s, "  total               ");
+    total_value(s, reserve_given, reserve, total, model_gib, what);
+}
+
+/// `X GiB (what + reserve)`, with the model's GiB when it is not printed above.
+fn total_value(
+    s: &mut String,
+    reserve_given: bool,
+    reserve: Decimal,
+    total: Decimal,
+    model_gib: Option<Decimal>,
+    what: &str,
+) {
+    let _ = match (reserve_given, model_gib) {
+        (true, Some(m)) => writeln!(s, "{total} GiB ({what} {m} GiB + reserve {reserve} GiB)"),
+        (true, None) => writeln!(s, "{total} GiB ({what} + reserve)"),
+        (false, _) => writeln!(s, "{total} GiB ({what} only)"),
+    };
 }

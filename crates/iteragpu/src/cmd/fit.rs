@@ -1,17 +1,28 @@
-//! `iteragpu fit`: every catalogue package that holds a model, cheapest first.
+//! `iteragpu fit`: every catalogue package that holds a model under a layout an engine runs,
+//! cheapest first, with the largest context and batch per GPU and the speed ceilings.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use rent::catalogue::Catalogue;
+use lab::probe::{CopyKind, FigureStatus, PROBE_SCHEMA, ProbeDocument};
+use rent::capacity::{ContextLimit, Embedding, Geometry, Workload};
+use rent::catalogue::{Catalogue, nearest};
+use rent::ceiling::{self, GpuSpeed};
+use rent::datasheet::{Datasheet, GemmKind};
 use rent::estimate::{parse_bits, parse_reserve_gib};
-use rent::fit::{DEFAULT_RESERVE_GIB, FitInputs, FitOption, MAX_GPUS, fit};
+use rent::fit::{
+    DEFAULT_RESERVE_GIB, DEFAULT_TIGHT_GIB, FitInputs, FitOption, MAX_GPUS, Plan, Selection, Sort,
+    fit_with, select,
+};
+use rent::layout::{Heads, RULE};
 use rent::memory::{MemoryEstimate, ModelFacts, memory};
 use rent::price::{cents_to_amount, decimal_cents_to_amount, parse_days};
 use rent::units::parse_parameters;
 use rust_decimal::Decimal;
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::cmd::estimate::{MemoryArgs, load, memory_options};
 use crate::output;
@@ -20,16 +31,30 @@ const EXAMPLES: &str = "\
 Examples:
   iteragpu fit --model data/models/llama-3.1-8b --context 8192
   iteragpu fit --model data/models/mixtral-8x7b-v0.1 --context 32768 --batch 8 --days 7
+  iteragpu fit --model data/models/llama-3.1-8b --context 8192 --fits-only --limit 5
+  iteragpu fit --model data/models/llama-3.1-8b --gpu h100-sxm,l40s --sort price-per-mtok
+  iteragpu fit --model data/models/llama-3.1-8b --context 8192 --probe probe.json
   iteragpu fit --parameters 70B --bits 16 --max-gpus 8 --json
   iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --reserve-gib 4
 
-For every GPU of the catalogue and every number of lots up to --max-gpus GPUs, the model's
-memory (weights, KV cache with --context, training states with --training adam) is split evenly
-over all the package's GPUs (tensor parallel), the per-GPU reserve is added, and the sum is
-compared with the memory a CUDA/ROCm process sees on that GPU (the catalogue's usable MiB).
-Packages that fit come first, cheapest first; then the rest. Prices marked EXAMPLE are not
-quotes. A GPU count that does not divide the attention or KV heads is marked: engines refuse it
-or replicate the KV heads.";
+For every GPU of the catalogue and every number of lots up to --max-gpus GPUs, the model is
+placed as an engine runs it: tensor parallel over a degree that divides the attention heads and
+divides (or is a multiple of) the KV heads, vLLM's rule, and pipeline stages splitting the layers
+when the GPU count allows no such degree alone. The busiest GPU's need (its weights, its KV cache
+with --context, training states with --training adam, and the per-GPU reserve) is compared with
+the memory a CUDA/ROCm process sees on that GPU (the catalogue's usable MiB); headroom under
+--tight-gib is marked tight. Each row gives the largest context (at --batch) and the largest
+batch (at --context) that fit, solved from the bytes and capped by max_position_embeddings, and
+decode and prefill ceilings from the datasheet or a --probe document: roofline bounds, never
+predictions. Packages that fit come first, cheapest first; the text shows the first 10 rows
+(--all shows every row). Prices marked EXAMPLE are not quotes; ROCm marks an AMD GPU, which
+iteragpu's native engine (CUDA only) cannot measure.";
+
+/// The rows the text shows without --limit or --all.
+const DEFAULT_TEXT_ROWS: usize = 10;
+
+/// The largest probe document read (the probe's own documents take a few hundred KB).
+const MAX_PROBE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Options of `fit`.
 #[derive(Debug, clap::Args)]
@@ -65,9 +90,50 @@ pub struct Args {
     #[arg(long, value_name = "R", value_parser = parse_reserve_gib, allow_hyphen_values = true)]
     pub reserve_gib: Option<Decimal>,
 
+    /// A fitting package with less headroom per GPU than this, in GiB, is marked tight
+    /// (default 1).
+    #[arg(long, value_name = "T", value_parser = parse_reserve_gib, allow_hyphen_values = true)]
+    pub tight_gib: Option<Decimal>,
+
+    /// Only the packages that fit.
+    #[arg(long)]
+    pub fits_only: bool,
+
+    /// At most N rows (the text shows 10 without it).
+    #[arg(long, value_name = "N", value_parser = parse_limit, conflicts_with = "all")]
+    pub limit: Option<usize>,
+
+    /// Every row in the text (the JSON has every row unless --limit).
+    #[arg(long)]
+    pub all: bool,
+
+    /// Only these GPUs: catalogue slugs, comma-separated (h100-sxm,l40s).
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
+    pub gpu: Option<Vec<String>>,
+
+    /// The order after the fitting rows come first: price (the package), price-per-mtok (per
+    /// million decoded tokens at the decode ceiling) or headroom (largest first).
+    #[arg(long, value_name = "KEY", default_value = "price", value_parser = Sort::NAMES)]
+    pub sort: String,
+
+    /// A probe document (`iteragpu probe --output FILE`) of the GPU model to price: its measured
+    /// device-to-device copy bandwidth and products replace the datasheet's for that model's
+    /// rows (a probe of the CPU reference device is refused).
+    #[arg(long, value_name = "FILE")]
+    pub probe: Option<PathBuf>,
+
+    /// A datasheet table instead of the bundled one (data/gpu-datasheet.csv's columns).
+    #[arg(long, value_name = "FILE")]
+    pub datasheet: Option<PathBuf>,
+
     /// A tariff CSV to use instead of the bundled one.
     #[arg(long, value_name = "FILE")]
     pub catalogue: Option<PathBuf>,
+
+    /// A SkyPilot catalogue CSV (vms.csv of skypilot-org/skypilot-catalog): its hourly on-demand
+    /// and spot offers, priced for the package durations, after the packages.
+    #[arg(long, value_name = "FILE")]
+    pub offers: Option<PathBuf>,
 
     /// Print one JSON document instead of text.
     #[arg(long)]
@@ -79,6 +145,15 @@ fn parse_max_gpus(text: &str) -> Result<u32, String> {
         Ok(v) if (1..=MAX_GPUS).contains(&v) => Ok(v),
         _ => Err(format!(
             "`{text}` is not accepted; expected a whole number of GPUs from 1 to {MAX_GPUS}"
+        )),
+    }
+}
+
+fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(v) if v > 0 && text.trim().bytes().all(|b| b.is_ascii_digit()) => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not accepted; expected a positive whole number of rows"
         )),
     }
 }
@@ -96,6 +171,35 @@ struct Assumptions {
     max_gpus: u32,
     days: Option<u32>,
     notes: Vec<String>,
+    layout_rule: &'static str,
+    tight_headroom_gib: Decimal,
+    kv_cache_per_gpu: String,
+    max_position_embeddings: Option<u64>,
+    ceilings: String,
+}
+
+/// Which rows the document holds.
+#[derive(Debug, Serialize)]
+struct Shown {
+    fits_only: bool,
+    gpu: Option<Vec<String>>,
+    sort: Sort,
+    limit: Option<usize>,
+    rows_total: usize,
+    rows_fitting: usize,
+    rows_shown: usize,
+}
+
+/// The probe document's figures, as used.
+#[derive(Debug, Clone, Serialize)]
+struct ProbeUsed {
+    file: String,
+    gpu: String,
+    model: String,
+    devices: Vec<String>,
+    memory_bandwidth_gb_s: f64,
+    memory_bandwidth_rule: &'static str,
+    dense_tflops: BTreeMap<String, f64>,
 }
 
 /// The JSON document.
@@ -109,7 +213,224 @@ struct Document {
     assumptions: Assumptions,
     estimate: MemoryEstimate,
     catalogue: String,
+    datasheet: String,
+    probe: Option<ProbeUsed>,
+    selection: Shown,
     options: Vec<FitOption>,
+}
+
+/// What config.json says beyond what the estimate reads: the embedding's size, whether the
+/// output head is tied to it, the longest context.
+#[derive(Debug, Default)]
+struct ConfigExtras {
+    embedding: Option<Embedding>,
+    max_positions: Option<u64>,
+    notes: Vec<String>,
+}
+
+fn config_extras(path: &Path) -> ConfigExtras {
+    let mut out = ConfigExtras::default();
+    let config = if path.is_dir() {
+        path.join("config.json")
+    } else {
+        path.to_path_buf()
+    };
+    let Ok(bytes) = lab_io::files::read_bounded(&config, model::MAX_CONFIG_BYTES, "a config.json")
+    else {
+        return out;
+    };
+    let Ok(Value::Object(root)) = serde_json::from_slice::<Value>(&bytes) else {
+        return out;
+    };
+    let text = root.get("text_config").and_then(Value::as_object);
+    let field = |key: &str| text.and_then(|t| t.get(key)).or_else(|| root.get(key));
+    let positive = |key: &str| field(key).and_then(Value::as_u64).filter(|v| *v > 0);
+    match field("max_position_embeddings") {
+        None | Some(Value::Null) => out.notes.push(
+            "config.json gives no max_position_embeddings: the largest context is not capped"
+                .to_string(),
+        ),
+        Some(v) => match v.as_u64().filter(|n| *n > 0) {
+            Some(n) => out.max_positions = Some(n),
+            None => out.notes.push(format!(
+                "config.json's max_position_embeddings is `{v}`, not a positive whole number: \
+                 the largest context is not capped"
+            )),
+        },
+    }
+    match (positive("vocab_size"), positive("hidden_size")) {
+        (Some(vocab), Some(hidden)) => {
+            let tied = match field("tie_word_embeddings") {
+                Some(Value::Bool(b)) => *b,
+                _ => true,
+            };
+            out.embedding = Some(Embedding {
+                vocab,
+                hidden,
+                tied,
+            });
+        }
+        _ => out.notes.push(
+            "config.json does not give vocab_size and hidden_size: the embedding and output \
+             head are counted with the layers, spread over the pipeline stages"
+                .to_string(),
+        ),
+    }
+    out
+}
+
+/// Reads `--probe FILE`: the slowest measured figure over its GPUs, which must all be one model.
+fn read_probe(path: &Path, datasheet: &Datasheet) -> anyhow::Result<ProbeUsed> {
+    let file = path.display().to_string();
+    let bytes = lab_io::files::read_bounded(path, MAX_PROBE_BYTES, "a probe document")?;
+    let value: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| anyhow::anyhow!("--probe {file} is not JSON: {e}"))?;
+    match value.get("schema").and_then(Value::as_str) {
+        Some(PROBE_SCHEMA) => {}
+        Some(other) => anyhow::bail!(
+            "--probe {file} has the schema {other:?}; expected a probe document ({PROBE_SCHEMA})"
+        ),
+        None => anyhow::bail!("--probe {file} has no schema; expected a probe document"),
+    }
+    if value.get("reference_device").and_then(Value::as_bool) == Some(true) {
+        return Err(crate::exit::usage(format!(
+            "--probe {file} is a probe of the CPU reference device (reference_device: true): \
+             its copy is host memory, not a GPU figure; pass a probe document of a GPU of the \
+             package (iteragpu probe --device cuda:0 --output FILE)"
+        )));
+    }
+    let doc: ProbeDocument = serde_json::from_value(value).map_err(|e| {
+        anyhow::anyhow!("--probe {file} is a probe document that does not read: {e}")
+    })?;
+    let mut gpu: Option<(String, String)> = None;
+    let mut devices = Vec::new();
+    let mut copy: Option<f64> = None;
+    let mut tflops: BTreeMap<String, f64> = BTreeMap::new();
+    for d in &doc.devices {
+        let row = d
+            .datasheet
+            .as_ref()
+            .map(|r| (r.gpu.clone(), r.model.clone()))
+            .or_else(|| {
+                let name = d.facts.as_ref()?.name.clone();
+                datasheet
+                    .for_cuda_name(&name)
+                    .map(|r| (r.gpu.clone(), r.model.clone()))
+            });
+        let Some(row) = row else {
+            anyhow::bail!(
+                "--probe {file}: {} names no GPU model of the datasheet table; its figures \
+                 cannot be matched to a package",
+                d.device
+            );
+        };
+        match &gpu {
+            Some(g) if g.0 != row.0 => anyhow::bail!(
+                "--probe {file} holds a {} and a {}; expected GPUs of one model",
+                g.1,
+                row.1
+            ),
+            _ => gpu = Some(row),
+        }
+        devices.push(d.device.clone());
+        for c in &d.copies {
+            if c.kind == CopyKind::D2d
+                && c.status == FigureStatus::Measured
+                && let Some(rate) = c.gb_per_s.filter(|r| r.is_finite() && *r > 0.0)
+            {
+                copy = Some(copy.map_or(rate, |m: f64| m.min(rate)));
+            }
+        }
+        for g in &d.gemms {
+            if g.status == FigureStatus::Measured
+                && let Some(t) = g.tflops.filter(|t| t.is_finite() && *t > 0.0)
+            {
+                tflops
+                    .entry(g.kind.name().to_string())
+                    .and_modify(|m| *m = m.min(t))
+                    .or_insert(t);
+            }
+        }
+    }
+    let Some((gpu, model)) = gpu else {
+        anyhow::bail!("--probe {file} probed no device");
+    };
+    let Some(copy) = copy else {
+        anyhow::bail!(
+            "--probe {file} has no measured device-to-device copy: no memory bandwidth to use"
+        );
+    };
+    Ok(ProbeUsed {
+        file,
+        gpu,
+        model,
+        devices,
+        memory_bandwidth_gb_s: 2.0 * copy,
+        memory_bandwidth_rule: "2 x the slowest GPU's device-to-device copy rate: a copy reads \
+             and writes every byte, as the probe compares it with the datasheet",
+        dense_tflops: tflops,
+    })
+}
+
+/// The speeds of every catalogue GPU: the datasheet's, and the probe's for its model.
+fn speeds(
+    catalogue: &Catalogue,
+    datasheet: &Datasheet,
+    probe: Option<&ProbeUsed>,
+    bits: u32,
+    dtype: Option<&str>,
+) -> BTreeMap<String, GpuSpeed> {
+    let mut out = BTreeMap::new();
+    for gpu in catalogue.gpus() {
+        let Some(mut s) = ceiling::from_datasheet(datasheet, gpu, bits, dtype) else {
+            continue;
+        };
+        if let Some(p) = probe.filter(|p| p.gpu == gpu) {
+            let has_fp8 = p.dense_tflops.contains_key(GemmKind::Float8E4m3.name())
+                || s.compute == GemmKind::Float8E4m3;
+            let kind = ceiling::compute_kind(bits, dtype, has_fp8);
+            let devices = if p.devices.len() == 1 {
+                p.devices[0].clone()
+            } else {
+                format!("the slowest of {} GPUs", p.devices.len())
+            };
+            s.memory_bandwidth_gb_s = p.memory_bandwidth_gb_s;
+            s.bandwidth_source = format!(
+                "probe {}: {} {}, measured device-to-device copy x 2",
+                p.file, p.model, devices
+            );
+            match p.dense_tflops.get(kind.name()) {
+                Some(t) => {
+                    s.compute = kind;
+                    s.dense_tflops = Some(*t);
+                    s.compute_source = format!(
+                        "probe {}: {} {devices}, measured {kind} products",
+                        p.file, p.model
+                    );
+                }
+                None => {
+                    s.compute_source = format!(
+                        "{} (the probe {} has no measured {kind} product)",
+                        s.compute_source, p.file
+                    );
+                }
+            }
+        }
+        out.insert(gpu.to_string(), s);
+    }
+    out
+}
+
+fn gib_bytes(gib: Decimal) -> u128 {
+    // At most 4 decimal places: mantissa x 2^30 / 10^scale, rounded up to a whole byte.
+    let scale = 10u128.pow(gib.scale());
+    (gib.mantissa().unsigned_abs() << 30).div_ceil(scale)
+}
+
+/// The bytes of the model a package must hold: the packed figure where the width packs below
+/// whole bytes, else the whole-byte one (`estimate`'s headline rule, for `estimate` alone).
+fn held_bytes(estimate: &MemoryEstimate) -> u128 {
+    estimate.packed_model_bytes.unwrap_or(estimate.model_bytes)
 }
 
 /// Runs `fit`.
@@ -118,10 +439,30 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Some(path) => Catalogue::from_path(path)?,
         None => Catalogue::embedded(),
     };
+    let datasheet = crate::cmd::environment::datasheet(args.datasheet.as_deref())?;
+    if let Some(list) = &args.gpu {
+        let known = catalogue.gpus();
+        for g in list {
+            if !known.contains(&g.as_str()) {
+                let hint = nearest(g, &known)
+                    .map(|n| format!("; did you mean {n}?"))
+                    .unwrap_or_default();
+                return Err(crate::exit::usage(format!(
+                    "--gpu `{g}` is not a GPU of the catalogue{hint} (GPUs: {})",
+                    known.join(", ")
+                )));
+            }
+        }
+    }
+    let sort = Sort::parse(&args.sort).unwrap_or_default();
     let reserve_given = args.reserve_gib.is_some();
     let reserve = args
         .reserve_gib
         .unwrap_or_else(|| Decimal::from(DEFAULT_RESERVE_GIB));
+    let tight = args
+        .tight_gib
+        .unwrap_or_else(|| Decimal::from(DEFAULT_TIGHT_GIB))
+        .normalize();
     // The reserve is per GPU here, not part of the model's bytes.
     let options = memory_options(args.bits, Decimal::ZERO, &args.memory);
     let usage = |err: rent::memory::MemoryError| crate::exit::usage(err.to_string());
@@ -150,40 +491,189 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let estimate = memory(&facts, &options).map_err(usage)?;
-    let heads = loaded.as_ref().and_then(|l| {
-        l.model
-            .architecture
-            .as_ref()
-            .map(|a| (a.attention.heads, a.attention.kv_heads))
-    });
-    let reserve_bytes = {
-        // At most 4 decimal places: mantissa x 2^30 / 10^scale, rounded up to a whole byte.
-        let scale = 10u128.pow(reserve.scale());
-        (reserve.mantissa().unsigned_abs() << 30).div_ceil(scale)
+    let probe = match &args.probe {
+        Some(p) => {
+            let used = read_probe(p, &datasheet)?;
+            if !catalogue.gpus().contains(&used.gpu.as_str()) {
+                return Err(crate::exit::usage(format!(
+                    "--probe {} measured a {} ({}), which the catalogue does not offer",
+                    used.file, used.model, used.gpu
+                )));
+            }
+            Some(used)
+        }
+        None => None,
     };
+    let architecture = loaded.as_ref().and_then(|l| l.model.architecture.as_ref());
+    let heads = architecture.map(|a| (a.attention.heads, a.attention.kv_heads));
+    let reserve_bytes = gib_bytes(reserve);
+    // What a GPU holds: the packed figure where the width packs below whole bytes (a 4-bit
+    // checkpoint stores two parameters a byte), else the whole-byte one. The reserve is fit's
+    // own, per GPU, so the estimate's is zero here.
+    let held = held_bytes(&estimate);
     let inputs = FitInputs {
-        model_bytes: estimate.total_bytes,
+        model_bytes: held,
         reserve_bytes,
         max_gpus: args.max_gpus,
         days: args.days,
         heads,
     };
-    let rows = fit(&catalogue, &inputs);
+    let extras = match (&args.model, architecture) {
+        (Some(path), Some(_)) => config_extras(path),
+        _ => ConfigExtras::default(),
+    };
+    let native_bits = facts.native_bits.unwrap_or(16);
+    let bits = args.bits.unwrap_or(native_bits);
+    let kv_bits = estimate.kv_bits.unwrap_or(native_bits);
+    let kv_total = estimate.kv_cache_bytes.unwrap_or(0);
+    // What the total counts besides the KV cache and the training states: the weights and
+    // their scales, read once per decode step.
+    let training_extra = estimate
+        .training
+        .as_ref()
+        .map_or(0, |t| t.total_bytes - t.weights_bytes);
+    let weight_bytes = held.saturating_sub(kv_total).saturating_sub(training_extra);
+    let geometry = architecture.map(|a| Geometry {
+        heads: Heads {
+            layers: a.attention.layers,
+            heads: a.attention.heads,
+            kv_heads: a.attention.kv_heads,
+        },
+        head_dim: a.attention.head_dim,
+        sliding: a.attention.sliding_window.map(|w| (w.window, w.layers)),
+        latent_kv: a.attention.latent_kv,
+        kv_bits,
+        embedding: extras.embedding,
+        max_positions: extras.max_positions,
+    });
+    let workload = Workload {
+        parameters: facts.parameters,
+        active_parameters: facts.active_parameters,
+        experts: architecture.and_then(|a| a.experts),
+        parameter_bytes: held - kv_total,
+        weight_bytes,
+        geometry,
+        context: args.memory.context,
+        batch: args.memory.batch,
+    };
+    let dtype = architecture.and_then(|a| a.dtype.as_deref());
+    let mut native_engine = BTreeMap::new();
+    for row in datasheet.rows() {
+        let cuda = !row.cuda_names.is_empty();
+        native_engine
+            .entry(row.gpu.clone())
+            .and_modify(|c: &mut bool| *c = *c || cuda)
+            .or_insert(cuda);
+    }
+    let plan = Plan {
+        speeds: speeds(&catalogue, &datasheet, probe.as_ref(), bits, dtype),
+        native_engine,
+        tight_bytes: gib_bytes(tight),
+        workload: Some(workload.clone()),
+    };
+    let all_rows = fit_with(&catalogue, &inputs, &plan);
+    let filtered = select(
+        all_rows.clone(),
+        &Selection {
+            fits_only: false,
+            gpus: args.gpu.clone(),
+            sort,
+            limit: None,
+        },
+    );
+    let rows_total = filtered.len();
+    let rows_fitting = filtered.iter().filter(|o| o.fits).count();
+    let limit = if args.json || args.all {
+        args.limit
+    } else {
+        Some(args.limit.unwrap_or(DEFAULT_TEXT_ROWS))
+    };
+    let rows = select(
+        filtered,
+        &Selection {
+            fits_only: args.fits_only,
+            gpus: None,
+            sort,
+            limit,
+        },
+    );
     let mut notes: Vec<String> = estimate.assumptions.clone();
     if let Some(l) = &loaded {
         notes.extend(l.notes.iter().cloned());
     }
+    notes.extend(extras.notes.iter().cloned());
+    let window = rent::capacity::window(&workload);
+    let latent = workload
+        .geometry
+        .as_ref()
+        .and_then(|g| g.latent_kv)
+        .map(|l| {
+            format!(
+                "; multi-head latent attention caches one {l}-element latent per layer and token, \
+                 whole on every tensor-parallel GPU (vLLM replicates it)"
+            )
+        })
+        .unwrap_or_default();
+    let kv_cache_per_gpu = match (&workload.geometry, window) {
+        (None, _) => "no geometry (a bare parameter count): no KV cache, no layout check; the \
+             weights split evenly over all GPUs"
+            .to_string(),
+        (Some(_), Some(w)) => format!(
+            "the KV heads it caches (the KV heads / the tensor-parallel degree, at least \
+             one) x its stage's layers; a sliding-window layer's cache stops growing at its \
+             {w}-token window"
+        ),
+        (Some(_), None) => "the KV heads it caches (the KV heads / the tensor-parallel \
+             degree, at least one, replicated beyond) x its stage's layers"
+            .to_string(),
+    };
+    let kv_cache_per_gpu = format!("{kv_cache_per_gpu}{latent}");
+    let mut ceiling_text = format!(
+        "{}: decode tokens/s <= batch x memory bandwidth per GPU / bytes the busiest GPU reads \
+         per step (its weights once and the KV cache of every sequence at the context); prefill \
+         tokens/s <= GPUs x dense peak / (2 x active parameters + attention) FLOP per token",
+        ceiling::BOUND
+    );
+    if let Some((e, k)) = workload.experts {
+        let _ = write!(
+            ceiling_text,
+            "; mixture of experts: a step at batch 1 reads the shared weights and the {k} experts \
+             of one token; at batch B, each token is taken to pick its {k} of {e} experts \
+             independently and uniformly, so a layer reads {e} x (1 - (1 - {k}/{e})^B) experts \
+             ({:.2} at batch {})",
+            ceiling::experts_read(e, k, workload.batch as f64),
+            workload.batch
+        );
+    }
     let assumptions = Assumptions {
         reserve_gib_per_gpu: reserve,
         reserve_given,
-        split: "weights, KV cache and training states divided evenly over all GPUs of the package (tensor parallel); small replicated tensors such as norms are not counted twice",
+        split: "the layout of each row: weights divided over its tensor-parallel GPUs (KV \
+             projections held whole where the degree exceeds the KV heads), layers over its \
+             pipeline stages (the embedding on the first, the output head on the last); the \
+             busiest GPU's need is compared; small replicated tensors such as norms are not \
+             counted twice",
         usable_memory: "the catalogue's usable_memory_mib: the total memory a CUDA/ROCm process sees on one GPU, before anything is allocated",
-        model_bytes: estimate.total_bytes,
+        model_bytes: held,
         context: args.memory.context,
         batch: args.memory.batch,
         max_gpus: args.max_gpus,
         days: args.days,
         notes,
+        layout_rule: RULE,
+        tight_headroom_gib: tight,
+        kv_cache_per_gpu,
+        max_position_embeddings: extras.max_positions,
+        ceilings: ceiling_text,
+    };
+    let shown = Shown {
+        fits_only: args.fits_only,
+        gpu: args.gpu.clone(),
+        sort,
+        limit,
+        rows_total,
+        rows_fitting,
+        rows_shown: rows.len(),
     };
     let doc = Document {
         model: label,
@@ -196,12 +686,22 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         assumptions,
         estimate,
         catalogue: catalogue.name().to_string(),
+        datasheet: datasheet.name().to_string(),
+        probe,
+        selection: shown,
         options: rows,
     };
+    // Offers are matched against the whole package table, whatever rows are shown.
+    let offers = crate::cmd::offers::section(args.offers.as_deref(), args.days, &all_rows)?;
     if args.json {
-        output::print_json(&doc)?;
+        output::print_json(&crate::cmd::offers::WithOffers {
+            document: &doc,
+            offers: offers.as_ref(),
+        })?;
     } else {
-        output::print_text(&render(&doc))?;
+        output::print_text(
+            &(render(&doc, &all_rows) + &crate::cmd::offers::render(offers.as_ref())),
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -210,7 +710,17 @@ fn gib(bytes: u128) -> String {
     format!("{:.1}", bytes as f64 / f64::from(1u32 << 30))
 }
 
-fn render(d: &Document) -> String {
+/// A price per million tokens, cents, as an amount: 2 decimals, 4 under 0.10.
+fn per_mtok(cents: Decimal) -> String {
+    let amount = decimal_cents_to_amount(cents);
+    if amount < Decimal::new(10, 2) {
+        amount.round_dp(4).to_string()
+    } else {
+        amount.round_dp(2).to_string()
+    }
+}
+
+fn render(d: &Document, all: &[FitOption]) -> String {
     let mut s = String::new();
     let a = &d.assumptions;
     let _ = writeln!(s, "Will it fit? {}", d.model);
@@ -228,12 +738,25 @@ fn render(d: &Document) -> String {
         }
     );
     let e = &d.estimate;
+    // The parts of the total, each as the total counts it.
+    let training = e
+        .training
+        .as_ref()
+        .map_or(0, |t| t.total_bytes - t.weights_bytes);
+    let held = held_bytes(e);
+    let weights = held
+        .saturating_sub(e.kv_cache_bytes.unwrap_or(0))
+        .saturating_sub(training)
+        .saturating_sub(e.quantisation_metadata_bytes.unwrap_or(0));
     let _ = writeln!(
         s,
-        "  model memory   {} bytes ({} GiB: weights {}{}{})",
-        e.total_bytes,
-        gib(e.total_bytes),
-        e.packed_weight_bytes.unwrap_or(e.base.weight_bytes),
+        "  model memory   {} bytes ({} GiB: weights {}{}{}{})",
+        held,
+        gib(held),
+        weights,
+        e.quantisation_metadata_bytes
+            .map(|m| format!(" + scales {m}"))
+            .unwrap_or_default(),
         e.kv_cache_bytes
             .map(|kv| format!(" + KV cache {kv}"))
             .unwrap_or_default(),
@@ -242,6 +765,17 @@ fn render(d: &Document) -> String {
             .map(|t| format!(" + training states {}", t.total_bytes - t.weights_bytes))
             .unwrap_or_default()
     );
+    if let Some(c) = a.context {
+        let _ = writeln!(
+            s,
+            "  context        {c} tokens x {} sequence{}{}",
+            a.batch,
+            if a.batch == 1 { "" } else { "s" },
+            a.max_position_embeddings
+                .map(|m| format!(" (max_position_embeddings {m})"))
+                .unwrap_or_default()
+        );
+    }
     let _ = writeln!(
         s,
         "  reserve        {} GiB per GPU ({})",
@@ -252,36 +786,95 @@ fn render(d: &Document) -> String {
             "default assumption; --reserve-gib changes it"
         }
     );
+    let _ = writeln!(
+        s,
+        "  tight          headroom under {} GiB per GPU (--tight-gib changes it)",
+        a.tight_headroom_gib
+    );
+    let _ = writeln!(
+        s,
+        "  ceilings from  {}",
+        match &d.probe {
+            Some(p) => format!(
+                "probe {} for {}, datasheet ({}) for the rest",
+                p.file, p.gpu, d.datasheet
+            ),
+            None => format!("datasheet ({})", d.datasheet),
+        }
+    );
     let _ = writeln!(s);
     let head = [
         "gpu",
         "GPUs",
-        "lots",
+        "layout",
         "days",
         "need/GPU GiB",
         "usable GiB",
         "fits",
         "headroom GiB",
+        "max context",
+        "max batch",
+        "decode tok/s<=",
+        "per Mtok>=",
+        "from",
         "price",
         "per GPU-day",
         "",
     ];
-    let mut cells: Vec<[String; 11]> = Vec::new();
+    const LEFT: [usize; 3] = [0, 2, 15];
+    let mut cells: Vec<[String; 16]> = Vec::new();
     for o in &d.options {
         let example = if o.example { "*" } else { "" };
+        let mut marks = Vec::new();
+        if o.native_engine == Some(false) {
+            marks.push("ROCm");
+        }
+        if o.example {
+            marks.push("EXAMPLE");
+        }
+        let c = o.ceilings.as_ref();
         cells.push([
             o.gpu.clone(),
             o.total_gpus.to_string(),
-            o.lots.to_string(),
+            match (&o.layout, &o.layout_problem) {
+                (Some(l), _) => l.label(),
+                (None, Some(_)) => "-".to_string(),
+                (None, None) => "even".to_string(),
+            },
             o.days.to_string(),
             gib(o.per_gpu_bytes),
             gib(o.usable_bytes_per_gpu),
-            match (o.fits, o.heads_divisible) {
-                (true, Some(false)) => "yes!".to_string(),
-                (true, _) => "yes".to_string(),
-                (false, _) => "no".to_string(),
+            match (o.fits, o.tight, &o.layout_problem) {
+                (true, true, _) => "tight".to_string(),
+                (true, false, _) => "yes".to_string(),
+                (false, _, Some(_)) => "no: layout".to_string(),
+                (false, _, None) => "no".to_string(),
             },
             format!("{:.1}", o.headroom_bytes as f64 / f64::from(1u32 << 30)),
+            match (o.largest_context, o.largest_context_limit) {
+                (Some(t), Some(ContextLimit::MaxPositionEmbeddings)) => format!("{t} cap"),
+                (Some(t), _) => t.to_string(),
+                (None, Some(ContextLimit::Unbounded)) => "any".to_string(),
+                _ => "-".to_string(),
+            },
+            o.largest_batch
+                .map_or_else(|| "-".to_string(), |b| b.to_string()),
+            c.map_or_else(
+                || "-".to_string(),
+                |c| format!("{:.1}", c.decode_tokens_per_s),
+            ),
+            c.and_then(|c| c.decode_price_per_mtok_cents)
+                .map_or_else(|| "-".to_string(), |p| format!("{}{example}", per_mtok(p))),
+            c.map_or_else(
+                || "-".to_string(),
+                |c| {
+                    if c.bandwidth_source.starts_with("probe") {
+                        "probe".to_string()
+                    } else {
+                        "datasheet".to_string()
+                    }
+                },
+            ),
             format!(
                 "{} {}{example}",
                 o.currency,
@@ -291,11 +884,7 @@ fn render(d: &Document) -> String {
                 "{}{example}",
                 decimal_cents_to_amount(o.price_per_gpu_day_cents).round_dp(2)
             ),
-            if o.example {
-                "EXAMPLE".to_string()
-            } else {
-                String::new()
-            },
+            marks.join(" "),
         ]);
     }
     let mut widths = head.map(str::len);
@@ -310,7 +899,7 @@ fn render(d: &Document) -> String {
             if i > 0 {
                 out.push_str("  ");
             }
-            if i == 0 || i == 10 {
+            if LEFT.contains(&i) {
                 let _ = write!(out, "{f:<w$}", w = widths[i]);
             } else {
                 let _ = write!(out, "{f:>w$}", w = widths[i]);
@@ -324,18 +913,53 @@ fn render(d: &Document) -> String {
     for row in &cells {
         s.push_str(&line(row));
     }
-    let fitting = d.options.iter().filter(|o| o.fits).count();
+    let sel = &d.selection;
     let _ = writeln!(s);
-    match d.options.iter().find(|o| o.fits) {
+    let pool = if sel.fits_only {
+        sel.rows_fitting
+    } else {
+        sel.rows_total
+    };
+    if sel.rows_shown < pool {
+        let mut hints = vec!["--all shows every one"];
+        if !sel.fits_only {
+            hints.push("--fits-only only those that fit");
+        }
+        if sel.gpu.is_none() {
+            hints.push("--gpu LIST some GPUs");
+        }
+        hints.push("--sort price-per-mtok or headroom another order");
+        let _ = writeln!(
+            s,
+            "{} of {pool} {} shown; {}.",
+            sel.rows_shown,
+            if sel.fits_only {
+                "fitting rows"
+            } else {
+                "rows"
+            },
+            hints.join(", ")
+        );
+    }
+    let considered: Vec<&FitOption> = all
+        .iter()
+        .filter(|o| sel.gpu.as_ref().is_none_or(|g| g.contains(&o.gpu)))
+        .collect();
+    match considered.iter().find(|o| o.fits) {
         Some(best) => {
             let _ = writeln!(
                 s,
-                "{fitting} of {} packages fit. Cheapest: {} x {} ({} GPU{}), {} days, {} {}{}.",
-                d.options.len(),
+                "{} of {} packages fit. Cheapest: {} x {} ({} GPU{}{}), {} days, {} {}{}.",
+                sel.rows_fitting,
+                sel.rows_total,
                 best.lots,
                 best.gpu,
                 best.total_gpus,
                 if best.total_gpus == 1 { "" } else { "s" },
+                best.layout
+                    .as_ref()
+                    .map(|l| format!(", {}", l.label()))
+                    .unwrap_or_default(),
                 best.days,
                 best.currency,
                 cents_to_amount(best.total_price_cents),
@@ -346,26 +970,70 @@ fn render(d: &Document) -> String {
             let _ = writeln!(
                 s,
                 "None of the {} packages up to {} GPUs fits: raise --max-gpus, lower --bits or --context.",
-                d.options.len(),
-                a.max_gpus
+                sel.rows_total, a.max_gpus
             );
         }
     }
     let _ = writeln!(s, "Assumed: {}.", a.split);
+    let _ = writeln!(s, "Assumed: layouts follow {}.", a.layout_rule);
+    let _ = writeln!(s, "Assumed: KV cache per GPU: {}.", a.kv_cache_per_gpu);
     let _ = writeln!(s, "Assumed: usable memory is {}.", a.usable_memory);
     for n in &a.notes {
         let _ = writeln!(s, "Assumed: {n}.");
     }
-    if d.options
+    let _ = writeln!(
+        s,
+        "Ceilings: {}. Prefill ceilings and every figure behind them are in --json.",
+        a.ceilings
+    );
+    if let Some(p) = &d.probe {
+        let _ = writeln!(
+            s,
+            "Probe {}: {} ({}), memory bandwidth {:.1} GB/s ({}).",
+            p.file,
+            p.model,
+            p.devices.join(", "),
+            p.memory_bandwidth_gb_s,
+            p.memory_bandwidth_rule
+        );
+    }
+    let shown = &d.options;
+    if shown.iter().any(|o| o.tight) {
+        let _ = writeln!(
+            s,
+            "tight = fits with under {} GiB of headroom per GPU beyond the reserve: fragmentation, \
+             CUDA graphs or a longer prompt can tip it over.",
+            a.tight_headroom_gib
+        );
+    }
+    if shown
         .iter()
-        .any(|o| o.heads_divisible == Some(false) && o.fits)
+        .any(|o| o.largest_context_limit == Some(ContextLimit::MaxPositionEmbeddings))
+        && let Some(m) = a.max_position_embeddings
     {
         let _ = writeln!(
             s,
-            "yes! = fits, but the GPU count does not divide the attention or KV heads: engines refuse it or replicate KV heads."
+            "cap = the model's max_position_embeddings ({m}): the memory would hold a longer \
+             context, the model is not made for one."
         );
     }
-    if d.options.iter().any(|o| o.example) {
+    let mut problems: Vec<(u64, &str)> = shown
+        .iter()
+        .filter_map(|o| o.layout_problem.as_deref().map(|p| (o.total_gpus, p)))
+        .collect();
+    problems.sort();
+    problems.dedup();
+    for (n, p) in problems {
+        let _ = writeln!(s, "no: layout on {n} GPUs = {p}.");
+    }
+    if shown.iter().any(|o| o.native_engine == Some(false)) {
+        let _ = writeln!(
+            s,
+            "ROCm = an AMD GPU: iteragpu's native engine is CUDA only, so probe and measure \
+             cannot measure it; its ceilings are the datasheet's."
+        );
+    }
+    if shown.iter().any(|o| o.example) {
         let _ = writeln!(
             s,
             "* EXAMPLE prices, not real quotes: the catalogue rows say so in their source."

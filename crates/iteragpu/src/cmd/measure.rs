@@ -87,6 +87,10 @@ pub struct Args {
     /// H200, 8.0 for an A100, 10.0 for a B200); it decides the default cuBLAS workspace.
     #[arg(long, value_parser = parse_compute_capability, value_name = "MAJOR.MINOR")]
     pub compute_capability: Option<(i32, i32)>,
+    /// Name this node in the document (under Slurm or SkyPilot the scheduler's node name, rank,
+    /// count and job id are recorded anyway; outside one, no node is recorded without it).
+    #[arg(long, value_name = "NAME", value_parser = lab::node::parse_node_name)]
+    pub node: Option<String>,
     /// Print the document (or the plan) on stdout as JSON instead of the summary table.
     #[arg(long)]
     pub json: bool,
@@ -518,6 +522,10 @@ fn measure_on<D: Device>(
 
 /// Writes the document, prints the summary, and turns completeness into the exit code.
 fn finish(args: &Args, output: &Path, doc: &MeasurementDocument) -> anyhow::Result<ExitCode> {
+    let doc = &MeasurementDocument {
+        node: crate::cmd::environment::node(args.node.as_deref()),
+        ..doc.clone()
+    };
     let mut json = serde_json::to_vec_pretty(doc)?;
     json.push(b'\n');
     let written = files::write_new(output, &json)?;

@@ -5,9 +5,11 @@ pub mod cost;
 pub mod environment;
 pub mod estimate;
 pub mod fit;
+pub mod fleet;
 pub mod kit;
 pub mod man;
 pub mod measure;
+pub mod offers;
 pub mod price;
 pub mod probe;
 pub mod protocol;
@@ -36,6 +38,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(args) => sweep::run(args),
         Command::Report(args) => report::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Fleet(args) => fleet::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),
     }

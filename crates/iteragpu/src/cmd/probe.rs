@@ -19,7 +19,9 @@ use lab_io::files;
 use ledger::Package;
 use rent::datasheet::Datasheet;
 
-use crate::cmd::environment::{datasheet, expectation, parse_package, render_findings, tool_info};
+use crate::cmd::environment::{
+    datasheet, expectation, node, node_expectation, parse_package, render_findings, tool_info,
+};
 use crate::exit::usage;
 use crate::output::{self, Progress};
 use crate::summary::bytes;
@@ -84,6 +86,10 @@ pub struct Args {
     /// A datasheet table instead of the bundled one.
     #[arg(long, value_name = "FILE")]
     pub datasheet: Option<PathBuf>,
+    /// Name this node in the document (under Slurm or SkyPilot the scheduler's node name, rank,
+    /// count and job id are recorded anyway; outside one, no node is recorded without it).
+    #[arg(long, value_name = "NAME", value_parser = lab::node::parse_node_name)]
+    pub node: Option<String>,
     /// The JSON document to create; it must not exist yet.
     #[arg(long, short = 'o')]
     pub output: PathBuf,
@@ -183,6 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let progress = Lines {
         enabled: Progress::detect(args.progress).shown(),
     };
+    let node = node(args.node.as_deref());
     let mut doc = if args.device == "cpu" {
         if args.concurrent || args.gemm_size.is_some() || args.package.is_some() {
             return Err(usage(
@@ -225,6 +232,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             },
             datasheet: datasheet.name().to_string(),
             package: None,
+            node: node.clone(),
             visible_devices: None,
             devices: vec![device],
             peer_access: Vec::new(),
@@ -253,7 +261,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 )));
             }
         };
-        let expectation = expectation(args.package.as_ref(), args.catalogue.as_deref())?;
+        let expectation = node_expectation(
+            expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+            node.as_ref(),
+        )?;
         let options = ProbeOptions {
             seconds_per_gpu: args.seconds,
             concurrent: args.concurrent,
@@ -288,6 +299,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             expectation,
             gpu,
         );
+        doc.node = node;
         judge::judge(&mut doc, &datasheet, lot_findings);
         doc
     };
@@ -342,6 +354,7 @@ fn gpu_document(
         },
         datasheet: datasheet.name().to_string(),
         package,
+        node: None,
         visible_devices: Some(gpu.visible),
         devices: gpu.devices,
         peer_access: gpu.peer_access,
@@ -486,6 +499,9 @@ fn render(doc: &ProbeDocument, output: &Path) -> String {
         );
     }
     let c = &doc.configuration;
+    if let Some(n) = &doc.node {
+        let _ = writeln!(out, "node: {}", n.describe());
+    }
     let _ = writeln!(
         out,
         "probe {}  |  at most {} s per {}{}  |  copies of {}  |  median of {} to {} samples",

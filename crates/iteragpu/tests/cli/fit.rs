@@ -8,6 +8,8 @@ use assert_cmd::cargo::cargo_bin_cmd;
 use predicates::prelude::*;
 use serde_json::{Value, json};
 
+use crate::stubs::{StubDir, iteragpu};
+
 fn models(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../data/models")
@@ -77,6 +79,42 @@ fn expected_rows(
     rows
 }
 
+/// Llama 3.1 8B's published figures: 8030261248 parameters in bfloat16, 32 layers, 32 heads, 8
+/// KV heads of 128, a 128256 x 4096 embedding and an untied output head of the same size.
+const LLAMA_PARAMETERS: u128 = 8_030_261_248;
+const LLAMA_EMBEDDING: u128 = 128_256 * 4096;
+/// KV bytes per token per layer per KV head: key and value, 128 elements each, 2 bytes.
+const KV_PER_LAYER_HEAD: u128 = 2 * 128 * 2;
+
+/// The busiest GPU's need for Llama 3.1 8B in bfloat16 at `context` x 1 under tensor parallel
+/// `tp` and `pp` pipeline stages, from the published figures: stages of vLLM's get_pp_indices
+/// (floor(32 / pp), one more for each of the 32 mod pp stages before the last), the embedding
+/// on the first stage, the head on the last, everything over `tp`.
+fn llama_need(tp: u128, pp: u128, context: u128, reserve: u128) -> u128 {
+    let base = 32 / pp;
+    let extra = 32 % pp;
+    let mut layers = vec![base; pp as usize];
+    for i in 0..extra as usize {
+        layers[pp as usize - 2 - i] += 1;
+    }
+    let body = LLAMA_PARAMETERS - 2 * LLAMA_EMBEDDING;
+    let mut worst = 0;
+    for (i, n) in layers.iter().enumerate() {
+        let ends = if pp == 1 {
+            2 * LLAMA_EMBEDDING
+        } else if i == 0 || i + 1 == pp as usize {
+            LLAMA_EMBEDDING
+        } else {
+            0
+        };
+        // Two bytes per parameter of the stage's share, split over tp, rounded up.
+        let weights = (2 * (body * n + ends * 32)).div_ceil(32 * tp);
+        let kv = n * (8 / tp) * KV_PER_LAYER_HEAD * context;
+        worst = worst.max(weights + kv + reserve);
+    }
+    worst
+}
+
 #[test]
 fn an_8b_model_at_context_8192_lists_the_cheapest_fitting_package_first() {
     let doc = run_json(&[
@@ -93,6 +131,7 @@ fn an_8b_model_at_context_8192_lists_the_cheapest_fitting_package_first() {
     let want = expected_rows(model_bytes, 2 * GIB, 8, None);
     let options = doc["options"].as_array().unwrap();
     assert_eq!(options.len(), want.len());
+    assert_eq!(doc["selection"]["rows_total"], json!(want.len()));
     for o in options {
         let row = want
             .iter()
@@ -102,11 +141,25 @@ fn an_8b_model_at_context_8192_lists_the_cheapest_fitting_package_first() {
                     && json!(w.3) == o["days"]
             })
             .unwrap_or_else(|| panic!("unexpected option {o}"));
+        let gpus = row.2 as u128;
         assert_eq!(o["total_gpus"], json!(row.2));
-        assert_eq!(o["per_gpu_bytes"], json!(row.4 as u64));
+        // 1, 2, 4 or 8 GPUs divide the 32 heads and the 8 KV heads: plain tensor parallel, the
+        // even split. 3, 5, 6 and 7 do not: the largest degree that does, times pipeline stages.
+        let (tp, pp) = match gpus {
+            1 | 2 | 4 | 8 => (gpus, 1),
+            6 => (2, 3),
+            n => (1, n),
+        };
+        assert_eq!(o["layout"]["tensor_parallel"], json!(tp as u64), "{o}");
+        assert_eq!(o["layout"]["pipeline_parallel"], json!(pp as u64), "{o}");
+        let need = llama_need(tp, pp, 8192, 2 * GIB);
+        if pp == 1 {
+            assert_eq!(need, row.4, "{o}");
+        }
+        assert_eq!(o["per_gpu_bytes"], json!(need as u64), "{o}");
         assert_eq!(o["usable_bytes_per_gpu"], json!(row.5 as u64));
-        assert_eq!(o["fits"], json!(row.6));
-        assert_eq!(o["headroom_bytes"], json!(row.5 as i64 - row.4 as i64));
+        assert_eq!(o["fits"], json!(need <= row.5));
+        assert_eq!(o["headroom_bytes"], json!(row.5 as i64 - need as i64));
         assert_eq!(o["total_price_cents"], json!(row.7));
         assert_eq!(o["currency"], "USD");
         assert!(o["source"].as_str().unwrap().contains("example"));
@@ -120,30 +173,489 @@ fn an_8b_model_at_context_8192_lists_the_cheapest_fitting_package_first() {
         .map(|o| o["fits"].as_bool().unwrap())
         .collect();
     assert!(fits.windows(2).all(|w| w[0] || !w[1]));
-    let text = cargo_bin_cmd!("iteragpu")
-        .args([
-            "fit",
-            "--model",
-            models("llama-3.1-8b").to_str().unwrap(),
-            "--context",
-            "8192",
-        ])
+    let text = run_text(&[
+        "fit",
+        "--model",
+        models("llama-3.1-8b").to_str().unwrap(),
+        "--context",
+        "8192",
+    ]);
+    // The EXAMPLE mark on every line of an example row; a short table by default, and how to
+    // see every row.
+    let rows = table_rows(&text);
+    assert_eq!(rows.len(), 10, "{text}");
+    for line in &rows {
+        assert!(line.ends_with("EXAMPLE"), "{line}");
+    }
+    assert!(
+        text.contains(&format!(
+            "10 of {} rows shown; --all shows every one",
+            want.len()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("default assumption; --reserve-gib changes it"),
+        "{text}"
+    );
+}
+
+/// The binary's stdout for `args`, which must succeed.
+fn run_text(args: &[&str]) -> String {
+    let out = cargo_bin_cmd!("iteragpu")
+        .args(args)
         .assert()
         .success()
         .get_output()
         .stdout
         .clone();
-    let text = String::from_utf8(text).unwrap();
-    // The EXAMPLE mark on every line of an example row.
-    for line in text.lines().skip_while(|l| !l.starts_with("gpu ")).skip(1) {
-        if line.is_empty() {
-            break;
-        }
-        assert!(line.ends_with("EXAMPLE"), "{line}");
-    }
+    String::from_utf8(out).unwrap()
+}
+
+/// The table's rows in fit's text.
+fn table_rows(text: &str) -> Vec<&str> {
+    text.lines()
+        .skip_while(|l| !l.starts_with("gpu "))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs()
+}
+
+/// Issue 24, item 1 and 2: Llama 3.1 8B in bfloat16 on one H100 SXM at batch 1. The largest
+/// context and batch are computed here from the bytes: usable 81106 MiB - weights - reserve, over
+/// the KV cache's 131072 bytes per token (2 x 32 layers x 8 KV heads x 128 x 2 bytes).
+#[test]
+fn llama_8b_on_one_h100_holds_the_context_and_batch_its_bytes_allow() {
+    let llama = models("llama-3.1-8b");
+    let llama = llama.to_str().unwrap();
+    let row = |extra: &[&str]| -> Value {
+        let mut args = vec![
+            "fit",
+            "--model",
+            llama,
+            "--gpu",
+            "h100-sxm",
+            "--max-gpus",
+            "1",
+            "--days",
+            "7",
+        ];
+        args.extend_from_slice(extra);
+        let doc = run_json(&args);
+        let options = doc["options"].as_array().unwrap();
+        assert_eq!(options.len(), 1, "{doc}");
+        options[0].clone()
+    };
+    let usable = 81_106u128 << 20;
+    let weights = LLAMA_PARAMETERS * 2;
+    let per_token = 2 * 32 * 8 * 128 * 2u128;
+    assert_eq!(per_token, 131_072);
+    let free = usable - weights - 2 * GIB;
+    // Memory alone allows 509931 tokens: more than the model's 131072 positions, so the cap.
+    assert_eq!(free / per_token, 509_931);
+    let o = row(&["--context", "8192"]);
+    assert_eq!(o["largest_context"], 131_072);
+    assert_eq!(o["largest_context_limit"], "max_position_embeddings");
+    assert_eq!(
+        o["largest_batch"],
+        json!((free / (per_token * 8192)) as u64)
+    );
+    assert_eq!(o["largest_batch"], 62);
+    // A reserve that leaves 4560773120 bytes: the memory is the limit.
+    let o = row(&["--context", "8192", "--reserve-gib", "60"]);
+    let free60 = usable - weights - 60 * GIB;
+    assert_eq!(o["largest_context"], json!((free60 / per_token) as u64));
+    assert_eq!(o["largest_context"], 34_795);
+    assert_eq!(o["largest_context_limit"], "memory");
+    assert_eq!(
+        o["largest_batch"],
+        json!((free60 / (per_token * 8192)) as u64)
+    );
+    assert_eq!(o["largest_batch"], 4);
+    // Four sequences: the context shares the same free bytes.
+    let o = row(&["--context", "8192", "--batch", "4", "--reserve-gib", "60"]);
+    assert_eq!(o["largest_context"], json!((free60 / 4 / per_token) as u64));
+    // The decode ceiling: the datasheet's 3350 GB/s over the weights and the 8192 tokens' cache
+    // read once per step.
+    let o = row(&["--context", "8192"]);
+    let c = &o["ceilings"];
+    let bytes = weights + per_token * 8192;
+    assert_eq!(bytes, 17_134_264_320);
+    assert_eq!(c["decode_bytes_per_step_per_gpu"], json!(bytes as f64));
+    assert_eq!(c["memory_bandwidth_gb_s"], json!(3350.0));
+    assert!(close(
+        c["decode_tokens_per_s"].as_f64().unwrap(),
+        3350e9 / bytes as f64
+    ));
+    assert!(c["bound"].as_str().unwrap().contains("never a prediction"));
     assert!(
-        text.contains("default assumption; --reserve-gib changes it"),
+        c["bandwidth_source"]
+            .as_str()
+            .unwrap()
+            .starts_with("datasheet (embedded): NVIDIA H100 SXM")
+    );
+    // Prefill: 2 FLOP per parameter + 4 x 32 heads x 128 x 32 layers x (8192 + 1) / 2 per token,
+    // against the dense bfloat16 peak of 989.4 TFLOP/s.
+    let flop = 2.0 * LLAMA_PARAMETERS as f64 + 4.0 * 32.0 * 128.0 * 32.0 * 8193.0 / 2.0;
+    assert!(close(c["prefill_flop_per_token"].as_f64().unwrap(), flop));
+    assert!(close(
+        c["prefill_tokens_per_s"].as_f64().unwrap(),
+        989.4e12 / flop
+    ));
+    assert_eq!(c["compute"], "bfloat16");
+    // 42900 cents for 7 days at the ceiling, per million tokens.
+    let per_mtok: f64 = c["decode_price_per_mtok_cents"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let want = 42_900.0 * 1e6 / (7.0 * 86_400.0 * 3350e9 / bytes as f64);
+    assert!((per_mtok - want).abs() < 1e-4, "{per_mtok} vs {want}");
+    // The text says the cap and what the ceilings are.
+    let text = run_text(&[
+        "fit",
+        "--model",
+        llama,
+        "--context",
+        "8192",
+        "--gpu",
+        "h100-sxm",
+        "--max-gpus",
+        "1",
+        "--days",
+        "7",
+    ]);
+    assert!(text.contains("131072 cap"), "{text}");
+    assert!(
+        text.contains("cap = the model's max_position_embeddings (131072)"),
         "{text}"
+    );
+    assert!(text.contains("never a prediction"), "{text}");
+    assert!(
+        text.contains(&format!("{:.1}", 3350e9 / bytes as f64)),
+        "{text}"
+    );
+}
+
+/// Issue 24, item 2: a probe of the CPU reference device is not a GPU figure; a GPU probe's
+/// figures replace the datasheet's for its model and are named on its rows.
+#[test]
+fn a_cpu_probe_is_refused_and_a_gpu_probe_replaces_the_datasheet() {
+    let dir = tempfile::tempdir().unwrap();
+    let llama = models("llama-3.1-8b");
+    let llama = llama.to_str().unwrap();
+    let libs = StubDir::new();
+    let cpu = dir.path().join("cpu.json");
+    iteragpu(libs.path())
+        .args([
+            "probe",
+            "--device",
+            "cpu",
+            "--seconds",
+            "1",
+            "--copy-bytes",
+            "1MiB",
+        ])
+        .arg("--output")
+        .arg(&cpu)
+        .assert()
+        .success();
+    cargo_bin_cmd!("iteragpu")
+        .args(["fit", "--model", llama, "--probe", cpu.to_str().unwrap()])
+        .assert()
+        .code(2)
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("CPU reference device"))
+        .stderr(predicate::str::contains("not a GPU figure"));
+    // A stub H100 SXM's probe, its device copy and bfloat16 figures doctored.
+    libs.driver(&["FULL", "WITH_V2", "MEMORY_BUDGET=(1UL<<40)"])
+        .nvml()
+        .cublas_with("", &["RECORD"], &["RECORD"]);
+    let gpu = dir.path().join("gpu.json");
+    iteragpu(libs.path())
+        .env("STUB_NAMES", "NVIDIA H100 80GB HBM3")
+        .env("STUB_EVENT_MS", "2.0")
+        .args([
+            "probe",
+            "--device",
+            "cuda:0",
+            "--seconds",
+            "2",
+            "--copy-bytes",
+            "1MiB",
+            "--gemm-size",
+            "64",
+        ])
+        .arg("--output")
+        .arg(&gpu)
+        .assert()
+        .success();
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&gpu).unwrap()).unwrap();
+    assert_eq!(doc["devices"][0]["datasheet"]["gpu"], "h100-sxm");
+    for c in doc["devices"][0]["copies"].as_array_mut().unwrap() {
+        if c["kind"] == "d2d" {
+            c["gb_per_s"] = json!(1234.5);
+        }
+    }
+    for g in doc["devices"][0]["gemms"].as_array_mut().unwrap() {
+        if g["kind"] == "bfloat16" {
+            g["tflops"] = json!(555.0);
+        }
+    }
+    let doctored = dir.path().join("doctored.json");
+    std::fs::write(&doctored, serde_json::to_vec(&doc).unwrap()).unwrap();
+    let out = run_json(&[
+        "fit",
+        "--model",
+        llama,
+        "--context",
+        "8192",
+        "--max-gpus",
+        "1",
+        "--days",
+        "7",
+        "--probe",
+        doctored.to_str().unwrap(),
+    ]);
+    assert_eq!(out["probe"]["gpu"], "h100-sxm");
+    assert_eq!(out["probe"]["memory_bandwidth_gb_s"], json!(2.0 * 1234.5));
+    let rows = out["options"].as_array().unwrap();
+    let h100 = rows.iter().find(|o| o["gpu"] == "h100-sxm").unwrap();
+    let c = &h100["ceilings"];
+    assert_eq!(c["memory_bandwidth_gb_s"], json!(2469.0));
+    let source = c["bandwidth_source"].as_str().unwrap();
+    assert!(source.starts_with("probe "), "{source}");
+    assert!(source.contains("doctored.json"), "{source}");
+    let bytes = (LLAMA_PARAMETERS * 2 + 131_072 * 8192) as f64;
+    assert!(close(
+        c["decode_tokens_per_s"].as_f64().unwrap(),
+        2469e9 / bytes
+    ));
+    assert_eq!(c["dense_tflops"], json!(555.0));
+    assert!(
+        c["compute_source"]
+            .as_str()
+            .unwrap()
+            .contains("measured bfloat16")
+    );
+    // Every other GPU keeps the datasheet.
+    for o in rows
+        .iter()
+        .filter(|o| o["gpu"] != "h100-sxm" && o["fits"] == true)
+    {
+        assert!(
+            o["ceilings"]["bandwidth_source"]
+                .as_str()
+                .unwrap()
+                .starts_with("datasheet"),
+            "{o}"
+        );
+    }
+    let text = run_text(&[
+        "fit",
+        "--model",
+        llama,
+        "--context",
+        "8192",
+        "--max-gpus",
+        "1",
+        "--days",
+        "7",
+        "--all",
+        "--probe",
+        doctored.to_str().unwrap(),
+    ]);
+    let line = table_rows(&text)
+        .into_iter()
+        .find(|l| l.starts_with("h100-sxm "))
+        .unwrap();
+    assert!(line.contains(" probe "), "{line}");
+    assert!(text.contains("ceilings from  probe "), "{text}");
+}
+
+/// Issue 24, items 3 and 4: Mixtral at 32K x 8 never runs a tensor-parallel degree of 3; a
+/// package of 3 GPUs is priced as pipeline stages, tight rows are marked, filters hold.
+#[test]
+fn mixtral_at_32k_by_8_runs_only_layouts_its_heads_allow() {
+    let mixtral = models("mixtral-8x7b-v0.1");
+    let mixtral = mixtral.to_str().unwrap();
+    let base = [
+        "fit",
+        "--model",
+        mixtral,
+        "--context",
+        "32768",
+        "--batch",
+        "8",
+        "--tight-gib",
+        "2",
+    ];
+    let doc = run_json(&base);
+    let options = doc["options"].as_array().unwrap();
+    assert!(options.iter().any(|o| o["fits"] == true));
+    for o in options {
+        let gpus = o["total_gpus"].as_u64().unwrap();
+        if o["fits"] == true {
+            let tp = o["layout"]["tensor_parallel"].as_u64().unwrap();
+            let pp = o["layout"]["pipeline_parallel"].as_u64().unwrap();
+            // 32 heads, 8 KV heads: the degree divides 32 and divides 8 or is a multiple of it.
+            assert!(32 % tp == 0 && (8 % tp == 0 || tp % 8 == 0), "{o}");
+            assert_ne!(tp, 3, "{o}");
+            assert_eq!(tp * pp, gpus, "{o}");
+        }
+        if gpus == 3 {
+            assert_eq!(o["heads_divisible"], false);
+            assert_eq!(o["layout"]["tensor_parallel"], 1, "{o}");
+            assert_eq!(o["layout"]["stage_layers"], json!([11, 11, 10]), "{o}");
+        }
+        // Tight: fits with under 2 GiB of headroom.
+        let headroom = o["headroom_bytes"].as_i64().unwrap();
+        let tight = o["fits"] == true && headroom < 2 << 30;
+        assert_eq!(o["tight"], json!(tight), "{o}");
+        // AMD GPUs are said to be out of the native engine's reach.
+        let amd = o["gpu"].as_str().unwrap().starts_with("mi3");
+        assert_eq!(o["native_engine"], json!(!amd), "{o}");
+        // The largest context at batch 8 never exceeds Mixtral's 32768 positions.
+        if let Some(c) = o["largest_context"].as_u64() {
+            assert!(c <= 32_768, "{o}");
+        }
+    }
+    assert!(options.iter().any(|o| o["tight"] == true));
+    let text = run_text(&base);
+    assert!(
+        !table_rows(&text)
+            .iter()
+            .any(|l| l.contains(" TP3 ") || l.contains("TP3 x")),
+        "{text}"
+    );
+    let text = run_text(&[&base[..], &["--all"]].concat());
+    let rows = table_rows(&text);
+    assert!(rows.iter().any(|l| l.contains(" tight ")), "{text}");
+    assert!(text.contains("tight = fits with under 2 GiB"), "{text}");
+    assert!(rows.iter().any(|l| l.contains("ROCm EXAMPLE")), "{text}");
+    assert!(text.contains("native engine is CUDA only"), "{text}");
+    // --fits-only --limit 5: five rows, every one fitting.
+    let text = run_text(&[&base[..], &["--fits-only", "--limit", "5"]].concat());
+    let rows = table_rows(&text);
+    assert_eq!(rows.len(), 5, "{text}");
+    assert!(
+        rows.iter()
+            .all(|l| l.contains(" yes ") || l.contains(" tight ")),
+        "{text}"
+    );
+}
+
+#[test]
+fn filters_and_orders_keep_the_rows_asked_for() {
+    let llama = models("llama-3.1-8b");
+    let llama = llama.to_str().unwrap();
+    let doc = run_json(&[
+        "fit",
+        "--model",
+        llama,
+        "--context",
+        "8192",
+        "--gpu",
+        "h100-sxm,l40s",
+        "--sort",
+        "headroom",
+    ]);
+    let options = doc["options"].as_array().unwrap();
+    assert!(
+        options
+            .iter()
+            .all(|o| o["gpu"] == "h100-sxm" || o["gpu"] == "l40s")
+    );
+    let head: Vec<i64> = options
+        .iter()
+        .filter(|o| o["fits"] == true)
+        .map(|o| o["headroom_bytes"].as_i64().unwrap())
+        .collect();
+    assert!(head.windows(2).all(|w| w[0] >= w[1]), "{head:?}");
+    let doc = run_json(&[
+        "fit",
+        "--model",
+        llama,
+        "--context",
+        "8192",
+        "--sort",
+        "price-per-mtok",
+        "--fits-only",
+        "--limit",
+        "7",
+    ]);
+    let options = doc["options"].as_array().unwrap();
+    assert_eq!(options.len(), 7);
+    assert_eq!(doc["selection"]["rows_shown"], 7);
+    let per: Vec<f64> = options
+        .iter()
+        .map(|o| {
+            o["ceilings"]["decode_price_per_mtok_cents"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(per.windows(2).all(|w| w[0] <= w[1]), "{per:?}");
+    cargo_bin_cmd!("iteragpu")
+        .args(["fit", "--model", llama, "--gpu", "h100"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains(
+            "--gpu `h100` is not a GPU of the catalogue",
+        ))
+        .stderr(predicate::str::contains("did you mean"));
+}
+
+/// The breakdown line adds up to its total: weights, scales, KV cache (issue 24: the scales
+/// were in the total and missing from the line).
+#[test]
+fn the_breakdown_names_every_part_of_the_total() {
+    let qwen = models("qwen2.5-7b");
+    let args = [
+        "fit",
+        "--model",
+        qwen.to_str().unwrap(),
+        "--bits",
+        "4",
+        "--group-size",
+        "128",
+        "--context",
+        "4096",
+        "--max-gpus",
+        "1",
+    ];
+    let e = run_json(&args)["estimate"].clone();
+    let scales = e["quantisation_metadata_bytes"].as_u64().unwrap();
+    // 28 layers x 4 KV heads x 128 x 2 (key and value) x 2 bytes x 4096 tokens.
+    let kv = 2 * 28 * 4 * 128 * 2 * 4096u64;
+    assert_eq!(e["kv_cache_bytes"], kv);
+    assert!(scales > 0);
+    // The weights as the total counts them (the whole-byte rule or the packed bytes).
+    let weights = e["total_bytes"].as_u64().unwrap() - scales - kv;
+    assert!(
+        e["weight_bytes"] == weights || e["packed_weight_bytes"] == weights,
+        "{e}"
+    );
+    let text = run_text(&args);
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("model memory"))
+        .unwrap();
+    assert!(
+        line.contains(&format!("{} bytes (", weights + scales + kv)),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "weights {weights} + scales {scales} + KV cache {kv})"
+        )),
+        "{line}"
     );
 }
 
@@ -237,6 +749,47 @@ fn bad_fit_options_are_usage_errors() {
             ],
             "attention geometry",
         ),
+        (
+            vec!["fit", "--parameters", "7B", "--bits", "16", "--limit", "0"],
+            "positive whole number of rows",
+        ),
+        (
+            vec![
+                "fit",
+                "--parameters",
+                "7B",
+                "--bits",
+                "16",
+                "--limit",
+                "3",
+                "--all",
+            ],
+            "cannot be used with",
+        ),
+        (
+            vec![
+                "fit",
+                "--parameters",
+                "7B",
+                "--bits",
+                "16",
+                "--sort",
+                "cheap",
+            ],
+            "price-per-mtok",
+        ),
+        (
+            vec![
+                "fit",
+                "--parameters",
+                "7B",
+                "--bits",
+                "16",
+                "--tight-gib",
+                "-1",
+            ],
+            "--tight-gib",
+        ),
     ] {
         cargo_bin_cmd!("iteragpu")
             .args(&args)
@@ -298,10 +851,17 @@ fn estimate_model_json_keeps_every_key_and_adds_the_model_ones() {
         "128",
     ]);
     assert_eq!(doc["weight_bytes"], 7_615_616_512u64);
-    assert_eq!(doc["packed_weight_bytes"], 7_615_616_512u64 / 2);
+    // Since issue 24 item 5 the packed figure is the checkpoint's layout: the decoder's linear
+    // layers at 4 bits; the two 152064 x 3584 embeddings (untied), the RMSNorms (2 per layer and
+    // a final one, 3584 each) and the q/k/v biases (3584 + 512 + 512 per layer) at 16 bits.
+    let kept = 2 * 152_064 * 3584 + (2 * 28 + 1) * 3584 + 28 * (3584 + 512 + 512);
+    assert_eq!(kept, 1_090_328_064u64);
+    let packed = 7_615_616_512u64 - kept;
+    assert_eq!(doc["packed_weight_bytes"], packed / 2 + kept * 2);
+    // One 16-bit scale and one 4-bit zero point per group of 128 packed parameters.
     assert_eq!(
         doc["quantisation_metadata_bytes"],
-        7_615_616_512u64.div_ceil(128) * 2
+        (packed / 128 * (16 + 4)).div_ceil(8)
     );
     // Training lines are labelled.
     let doc = run_json(&[
@@ -468,5 +1028,119 @@ fn help_teaches_with_examples() {
             .assert()
             .success()
             .stdout(predicate::str::contains("--model data/models/llama-3.1-8b"));
+    }
+}
+
+/// Every key `fit --json` had keeps its place; the new ones are added beside them.
+#[test]
+fn fit_json_keeps_every_key_and_adds_the_new_ones() {
+    let doc = run_json(&[
+        "fit",
+        "--model",
+        models("llama-3.1-8b").to_str().unwrap(),
+        "--context",
+        "8192",
+        "--max-gpus",
+        "2",
+    ]);
+    for key in [
+        "model",
+        "architecture",
+        "parameters",
+        "active_parameters",
+        "parameters_source",
+        "assumptions",
+        "estimate",
+        "catalogue",
+        "options",
+        "datasheet",
+        "probe",
+        "selection",
+    ] {
+        assert!(doc.get(key).is_some(), "missing {key}");
+    }
+    for key in [
+        "reserve_gib_per_gpu",
+        "reserve_given",
+        "split",
+        "usable_memory",
+        "model_bytes",
+        "context",
+        "batch",
+        "max_gpus",
+        "days",
+        "notes",
+        "layout_rule",
+        "tight_headroom_gib",
+        "kv_cache_per_gpu",
+        "max_position_embeddings",
+        "ceilings",
+    ] {
+        assert!(
+            doc["assumptions"].get(key).is_some(),
+            "missing assumptions.{key}"
+        );
+    }
+    assert!(
+        doc["assumptions"]["layout_rule"]
+            .as_str()
+            .unwrap()
+            .contains("verify_with_parallel_config")
+    );
+    assert_eq!(doc["assumptions"]["max_position_embeddings"], 131_072);
+    let o = &doc["options"][0];
+    for key in [
+        "gpu",
+        "model",
+        "lots",
+        "total_gpus",
+        "days",
+        "per_gpu_bytes",
+        "usable_bytes_per_gpu",
+        "fits",
+        "headroom_bytes",
+        "heads_divisible",
+        "total_price_cents",
+        "price_per_gpu_day_cents",
+        "currency",
+        "example",
+        "source",
+        "layout",
+        "layout_problem",
+        "tight",
+        "native_engine",
+        "largest_context",
+        "largest_context_limit",
+        "largest_batch",
+        "ceilings",
+    ] {
+        assert!(o.get(key).is_some(), "missing options[0].{key}");
+    }
+    for key in [
+        "bound",
+        "decode_tokens_per_s",
+        "decode_tokens_per_s_per_sequence",
+        "decode_bytes_per_step_per_gpu",
+        "decode_experts_read_per_layer",
+        "prefill_tokens_per_s",
+        "prefill_flop_per_token",
+        "memory_bandwidth_gb_s",
+        "bandwidth_source",
+        "compute",
+        "dense_tflops",
+        "compute_source",
+        "decode_price_per_mtok_cents",
+        "prefill_price_per_mtok_cents",
+    ] {
+        assert!(o["ceilings"].get(key).is_some(), "missing ceilings.{key}");
+    }
+    for key in [
+        "tensor_parallel",
+        "pipeline_parallel",
+        "kv_heads_per_gpu",
+        "kv_head_replicas",
+        "stage_layers",
+    ] {
+        assert!(o["layout"].get(key).is_some(), "missing layout.{key}");
     }
 }

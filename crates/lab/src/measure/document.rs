@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::device::DeviceMemory;
 use crate::dtype::DType;
 use crate::environment::Environment;
+use crate::node::NodeIdentity;
 use crate::tool::ToolInfo;
 use crate::workspaces::MemoryPolicy;
 
@@ -33,6 +34,9 @@ pub struct MeasurementDocument {
     pub device_init_seconds: f64,
     /// The machine and software.
     pub environment: Environment,
+    /// Which node of a multi-node job this is (absent outside a scheduler unless named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeIdentity>,
     /// Every option, resolved.
     pub configuration: Configuration,
     /// What was measured.

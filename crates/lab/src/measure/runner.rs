@@ -67,6 +67,7 @@ pub fn run<D: Device>(
         started_utc: info.started_utc,
         device_init_seconds: info.device_init_seconds,
         environment: device.environment(),
+        node: None,
         configuration: plan.configuration(
             &device.math_mode(o.dtype, o.allow_tf32),
             device.memory_policy(),

@@ -409,6 +409,7 @@ mod tests {
             },
             datasheet: "embedded".into(),
             package: None,
+            node: None,
             visible_devices: Some(devices.len()),
             devices,
             peer_access: vec![],

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::environment::Environment;
 use crate::lot::{Expectation, Finding, GpuFacts, PeerAccess};
+use crate::node::NodeIdentity;
 use crate::stats::Summary;
 use crate::tool::ToolInfo;
 use rent::datasheet::{DatasheetRow, GemmKind};
@@ -382,8 +383,11 @@ pub struct ProbeDocument {
     pub configuration: ProbeConfiguration,
     /// The datasheet table the figures are compared with (`embedded` or a path).
     pub datasheet: String,
-    /// What `--package` promises.
+    /// What `--package` promises (with this node's share on one node of several).
     pub package: Option<Expectation>,
+    /// Which node of a multi-node job this is (absent outside a scheduler unless named).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<NodeIdentity>,
     /// GPUs the driver sees (absent for the CPU).
     pub visible_devices: Option<usize>,
     /// One entry per device probed.

@@ -1,0 +1,348 @@
+//! IteraGPU Lab on several machines. A package of several lots is often several nodes (4 lots of
+//! 2 B200 are 8 GPUs, on 2 to 4 nodes), and a scheduler hands them out: this crate writes what
+//! runs the checks (`environment`, `probe`, `measure`) exactly once on every node and where each
+//! node puts its results.
+//!
+//! - [`slurm`]: the sbatch script (`--nodes=N --ntasks-per-node=1`, one `srun` step per check).
+//! - [`check`]: `fleet check DIR`, every node's documents, exit codes and errors judged together
+//!   (one table of node x GPU, failed or missing nodes, the package, outliers across nodes).
+//! - [`skypilot`]: the SkyPilot task YAML (`num_nodes`, accelerators per node, `setup`, `run`).
+//!
+//! Both lay out their results the same way, one folder per node ([`Plan`] and the module
+//! [`slurm`] say which files). This crate writes text and reads exit codes; it starts no
+//! process (the binary submits) and holds no measurement (that is `lab`).
+
+#![forbid(unsafe_code)]
+
+pub mod check;
+pub mod skypilot;
+pub mod slurm;
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::Serialize;
+
+/// One check every node runs, in this order when several are asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Check {
+    /// `iteragpu environment --json`: the driver, the libraries and every GPU of the node.
+    Environment,
+    /// `iteragpu probe`: copy bandwidth and matrix throughput of every GPU of the node.
+    Probe,
+    /// `iteragpu measure`: the small synthetic model on the node's first GPU.
+    Measure,
+}
+
+impl Check {
+    /// Every check, in the order they run.
+    pub const ALL: [Check; 3] = [Check::Environment, Check::Probe, Check::Measure];
+
+    /// The check's name, which is also its files' stem (`probe.json`, `probe.exit`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Check::Environment => "environment",
+            Check::Probe => "probe",
+            Check::Measure => "measure",
+        }
+    }
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Check {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Check::ALL
+            .into_iter()
+            .find(|c| c.name() == s.trim())
+            .ok_or_else(|| Error::UnknownCheck(s.to_string()))
+    }
+}
+
+/// Parses `environment,probe,measure` (any subset, any order, no repeats) into run order.
+pub fn parse_checks(text: &str) -> Result<Vec<Check>, Error> {
+    let mut checks = Vec::new();
+    for part in text.split(',') {
+        let check: Check = part.parse()?;
+        if checks.contains(&check) {
+            return Err(Error::RepeatedCheck(check.name()));
+        }
+        checks.push(check);
+    }
+    checks.sort();
+    Ok(checks)
+}
+
+/// Which device the checks open on every node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// Every GPU of the node (`environment --device all`, `probe --device all`, `measure
+    /// --device cuda:0`).
+    Gpu,
+    /// The CPU reference device on every node (each document says so): for checking the
+    /// scheduler's side without GPUs, never a figure of the rented GPUs.
+    Cpu,
+}
+
+/// What one fleet run is: the package, its nodes and what each node runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct Plan {
+    /// The package as written, `GPU:DAYS:LOTS` (`b200:7:4`).
+    pub package: String,
+    /// The catalogue's model name (`NVIDIA B200`).
+    pub model: String,
+    /// The catalogue's GPU key (`b200`), upper-cased for SkyPilot's accelerator name.
+    pub gpu: String,
+    /// GPUs the package promises in all (gpus per lot x lots).
+    pub gpus: u64,
+    /// Nodes the GPUs are spread over; `gpus` is a multiple of it.
+    pub nodes: u32,
+    /// The checks, in run order.
+    pub checks: Vec<Check>,
+    /// The device the checks open.
+    pub device: Device,
+    /// Seconds `probe` may take per GPU.
+    pub probe_seconds: f64,
+    /// The iteragpu binary the nodes run (an absolute path every node sees).
+    pub binary: String,
+}
+
+impl Plan {
+    /// Checks the plan: at least one node and one check, and GPUs that share out evenly.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.nodes == 0 || self.nodes > 4096 {
+            return Err(Error::Nodes(self.nodes));
+        }
+        if self.checks.is_empty() {
+            return Err(Error::NoCheck);
+        }
+        if !self.gpus.is_multiple_of(u64::from(self.nodes)) || self.gpus < u64::from(self.nodes) {
+            return Err(Error::Uneven {
+                package: self.package.clone(),
+                gpus: self.gpus,
+                nodes: self.nodes,
+            });
+        }
+        Ok(())
+    }
+
+    /// The GPUs each node must hold.
+    pub fn gpus_per_node(&self) -> u64 {
+        self.gpus / u64::from(self.nodes.max(1))
+    }
+
+    /// The seconds one check may take on a node before `timeout` ends it (exit 124).
+    pub fn step_seconds(&self, check: Check) -> u64 {
+        match check {
+            Check::Environment => 120,
+            // The budget per GPU one after the other, plus the set-up the budget leaves out
+            // (driver, writing the copy buffers): 5 minutes is generous for 256 MiB buffers.
+            Check::Probe => {
+                let gpus = match self.device {
+                    Device::Gpu => self.gpus_per_node().max(1),
+                    Device::Cpu => 1,
+                };
+                (self.probe_seconds * gpus as f64 * 1.2).ceil() as u64 + 300
+            }
+            Check::Measure => 600,
+        }
+    }
+
+    /// The command line of one check, run in the node's own folder, after the binary: its
+    /// document goes to `<check>.json` there (`environment` prints it on stdout, which the
+    /// step sends to that file).
+    pub fn arguments(&self, check: Check) -> Vec<String> {
+        let cpu = self.device == Device::Cpu;
+        let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        match check {
+            // On GPUs the lot checks hold each node to its share of the package (the node
+            // count comes from the scheduler's variables); the CPU device has no lot.
+            Check::Environment => {
+                let mut a = s(&["environment", "--device", if cpu { "cpu" } else { "all" }]);
+                if !cpu {
+                    a.extend(["--package".to_string(), self.package.clone()]);
+                }
+                a.push("--json".to_string());
+                a
+            }
+            Check::Probe => {
+                let mut a = s(&["probe", "--device", if cpu { "cpu" } else { "all" }]);
+                if !cpu {
+                    a.extend(["--package".to_string(), self.package.clone()]);
+                }
+                a.extend(["--seconds".to_string(), format!("{}", self.probe_seconds)]);
+                if cpu {
+                    // Host memcpy only: small buffers keep the set-up short on a shared host.
+                    a.extend(s(&["--copy-bytes", "64MiB"]));
+                }
+                a.extend(s(&["--output", "probe.json"]));
+                a
+            }
+            // A small shape: it checks that the device runs the model and that its memory
+            // counters add up, in seconds, not a benchmark.
+            Check::Measure => s(&[
+                "measure",
+                "--device",
+                if cpu { "cpu" } else { "cuda:0" },
+                "--batch",
+                "4",
+                "--context",
+                "256",
+                "--width",
+                "512",
+                "--repeats",
+                "3",
+                "--output",
+                "measure.json",
+            ]),
+        }
+    }
+
+    /// The plan as the JSON document `fleet.json` beside the node folders.
+    pub fn to_json(&self) -> String {
+        let mut value = serde_json::to_value(self).expect("a plan serialises");
+        if let Some(map) = value.as_object_mut() {
+            map.insert(
+                "schema".to_string(),
+                serde_json::Value::from("iteragpu.fleet-plan.v1"),
+            );
+            map.insert(
+                "gpus_per_node".to_string(),
+                serde_json::Value::from(self.gpus_per_node()),
+            );
+            map.insert(
+                "device_note".to_string(),
+                serde_json::Value::from(match self.device {
+                    Device::Gpu => "the GPUs of every node",
+                    Device::Cpu => {
+                        "CPU REFERENCE DEVICE on every node: no GPU figure, checks the scheduler's side only"
+                    }
+                }),
+            );
+        }
+        serde_json::to_string_pretty(&value).expect("a value serialises") + "\n"
+    }
+}
+
+/// Quotes one word for a POSIX shell: as it is when it is plainly safe, else in single quotes.
+pub fn shell_quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// What a fleet plan or its options got wrong.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A check name that is not one of environment, probe, measure.
+    #[error("`{0}` is not a check: expected environment, probe or measure, comma-separated")]
+    UnknownCheck(String),
+    /// A check named twice.
+    #[error("the check {0} is named twice")]
+    RepeatedCheck(&'static str),
+    /// No check at all.
+    #[error("no check to run: name at least one of environment, probe, measure")]
+    NoCheck,
+    /// A node count out of range.
+    #[error("{0} nodes: expected 1 to 4096")]
+    Nodes(u32),
+    /// GPUs that do not share out evenly over the nodes.
+    #[error(
+        "the package {package} is {gpus} GPU(s), which {nodes} nodes cannot hold evenly: choose a node count that divides {gpus}"
+    )]
+    Uneven {
+        /// The package.
+        package: String,
+        /// Its GPUs.
+        gpus: u64,
+        /// The node count asked for.
+        nodes: u32,
+    },
+    /// A value that would break the script it goes into.
+    #[error("{what} `{value}` {why}")]
+    Value {
+        /// Which option.
+        what: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn plan(device: Device) -> Plan {
+        Plan {
+            package: "b200:7:4".to_string(),
+            model: "NVIDIA B200".to_string(),
+            gpu: "b200".to_string(),
+            gpus: 8,
+            nodes: 4,
+            checks: Check::ALL.to_vec(),
+            device,
+            probe_seconds: 10.0,
+            binary: "/opt/iteragpu/bin/iteragpu".to_string(),
+        }
+    }
+
+    #[test]
+    fn checks_parse_into_run_order() {
+        assert_eq!(
+            parse_checks("measure,environment").unwrap(),
+            vec![Check::Environment, Check::Measure]
+        );
+        assert!(matches!(
+            parse_checks("probe,probe"),
+            Err(Error::RepeatedCheck("probe"))
+        ));
+        assert!(matches!(parse_checks("nccl"), Err(Error::UnknownCheck(_))));
+    }
+
+    #[test]
+    fn gpus_share_out_evenly_or_the_plan_is_refused() {
+        let mut p = plan(Device::Gpu);
+        p.validate().unwrap();
+        assert_eq!(p.gpus_per_node(), 2);
+        p.nodes = 3;
+        let e = p.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("8 GPU(s), which 3 nodes cannot hold evenly"),
+            "{e}"
+        );
+        p.nodes = 16;
+        assert!(p.validate().is_err());
+    }
+
+    #[test]
+    fn words_are_quoted_for_the_shell() {
+        assert_eq!(shell_quote("/a/b-c.json"), "/a/b-c.json");
+        assert_eq!(shell_quote("a b"), "'a b'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[test]
+    fn the_cpu_plan_says_so_in_its_document() {
+        let json = plan(Device::Cpu).to_json();
+        assert!(json.contains("CPU REFERENCE DEVICE"), "{json}");
+        assert!(json.contains("\"gpus_per_node\": 2"), "{json}");
+    }
+}

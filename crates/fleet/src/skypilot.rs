@@ -1,0 +1,238 @@
+//! The SkyPilot task: `num_nodes` nodes with the package's share of GPUs each
+//! (`resources.accelerators: B200:2`), a `setup` that installs the portable binary from the
+//! wheel or the kit, and a `run` that runs the checks on every node into
+//! `<results>/<rank>/<check>.json` (rank = `SKYPILOT_NODE_RANK`), with the same `.exit`,
+//! `.err`, `.stdout` and `.stderr` files as [`crate::slurm`]'s layout.
+
+use std::fmt::Write as _;
+
+use crate::{Device, Error, Plan, shell_quote};
+
+/// Where the binary comes from on the nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Install {
+    /// A local wheel file (`iteragpu-<version>-py3-none-manylinux_2_28_<arch>.whl`), copied to
+    /// every node and installed with `pip install --user`.
+    Wheel(String),
+    /// A local kit folder holding `bin/<target>/iteragpu`, copied to every node.
+    Kit(String),
+}
+
+/// Options of the task itself.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// How the nodes get the binary.
+    pub install: Install,
+    /// A bucket URL (`s3://bucket/path`, `gs://...`) mounted at the results folder on every
+    /// node, so that every node's folder lands in one place; without it each node keeps its
+    /// own under `~/iteragpu-fleet`.
+    pub results: Option<String>,
+    /// The SkyPilot task's name.
+    pub name: String,
+}
+
+/// The results folder on a node when a bucket is mounted.
+pub const MOUNTED_RESULTS: &str = "/iteragpu-fleet";
+/// The results folder on a node without a bucket.
+pub const LOCAL_RESULTS: &str = "~/iteragpu-fleet";
+
+fn yaml_string(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The task YAML for `plan`.
+pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
+    plan.validate()?;
+    if task.name.is_empty()
+        || !task
+            .name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-')
+    {
+        return Err(Error::Value {
+            what: "--name",
+            value: task.name.clone(),
+            why: "is not a task name: letters, digits and `-` only",
+        });
+    }
+    if let Install::Wheel(w) = &task.install
+        && !file_name(w).ends_with(".whl")
+    {
+        return Err(Error::Value {
+            what: "--wheel",
+            value: w.clone(),
+            why: "is not a wheel file (its name must end in .whl)",
+        });
+    }
+    let mut y = String::new();
+    let checks: Vec<&str> = plan.checks.iter().map(|c| c.name()).collect();
+    let _ = writeln!(
+        y,
+        "# Written by `iteragpu fleet skypilot`: {} on each of {} node(s) for the package {} \
+         ({} x {}, {} per node).",
+        checks.join(", "),
+        plan.nodes,
+        plan.package,
+        plan.gpus,
+        plan.model,
+        plan.gpus_per_node()
+    );
+    if plan.device == Device::Cpu {
+        let _ = writeln!(
+            y,
+            "# CPU REFERENCE DEVICE: every check opens the CPU reference device, not the GPUs."
+        );
+    }
+    let results = match &task.results {
+        Some(_) => MOUNTED_RESULTS,
+        None => LOCAL_RESULTS,
+    };
+    let _ = writeln!(
+        y,
+        "# Launch: sky launch -c fleet THIS.yaml. Each node writes {results}/<rank>/<check>.json, \
+         .exit, .err (when the exit code is not 0), .stdout, .stderr; rank is SKYPILOT_NODE_RANK."
+    );
+    if task.results.is_none() {
+        let _ = writeln!(
+            y,
+            "# Without --results each node keeps its own folder: fetch them with, per node, \
+             rsync -a fleet-worker1:iteragpu-fleet/ DIR/ (fleet for rank 0)."
+        );
+    }
+    let _ = writeln!(y, "name: {}", task.name);
+    let _ = writeln!(y, "num_nodes: {}", plan.nodes);
+    if plan.device == Device::Gpu {
+        let _ = writeln!(y, "resources:");
+        let _ = writeln!(
+            y,
+            "  accelerators: {}:{}",
+            plan.gpu.to_ascii_uppercase(),
+            plan.gpus_per_node()
+        );
+    }
+    let _ = writeln!(y, "file_mounts:");
+    let (setup_install, bin) = match &task.install {
+        Install::Wheel(w) => {
+            let remote = format!("~/iteragpu-dist/{}", file_name(w));
+            let _ = writeln!(y, "  {}: {}", yaml_string(&remote), yaml_string(w));
+            (
+                "python3 -m pip install --user --force-reinstall --no-deps ~/iteragpu-dist/*.whl"
+                    .to_string(),
+                "\"$(python3 -m site --user-base)/bin/iteragpu\"".to_string(),
+            )
+        }
+        Install::Kit(k) => {
+            let _ = writeln!(y, "  {}: {}", yaml_string("~/iteragpu-kit"), yaml_string(k));
+            (
+                "chmod +x ~/iteragpu-kit/bin/*/iteragpu".to_string(),
+                "~/iteragpu-kit/bin/\"$(uname -m)\"-unknown-linux-gnu/iteragpu".to_string(),
+            )
+        }
+    };
+    if let Some(url) = &task.results {
+        let _ = writeln!(y, "  {MOUNTED_RESULTS}:");
+        let _ = writeln!(y, "    source: {}", yaml_string(url));
+        let _ = writeln!(y, "    mode: MOUNT");
+    }
+    let _ = writeln!(y, "setup: |");
+    let _ = writeln!(y, "  set -euo pipefail");
+    let _ = writeln!(y, "  {setup_install}");
+    let _ = writeln!(y, "  {bin} --version");
+    let _ = writeln!(y, "run: |");
+    let _ = writeln!(y, "  set -u");
+    let _ = writeln!(y, "  BIN={bin}");
+    let _ = writeln!(y, "  out={results}/$SKYPILOT_NODE_RANK");
+    let _ = writeln!(y, "  mkdir -p \"$out\" && cd \"$out\" || exit 1");
+    let _ = writeln!(y, "  failed=0");
+    for &check in &plan.checks {
+        let limit = plan.step_seconds(check);
+        let args: Vec<String> = plan
+            .arguments(check)
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect();
+        let (stdout, name) = match check {
+            crate::Check::Environment => (format!("{check}.json"), check.name()),
+            _ => (format!("{check}.stdout"), check.name()),
+        };
+        let _ = writeln!(y, "  rm -f {name}.exit {name}.err");
+        let _ = writeln!(
+            y,
+            "  timeout --kill-after=10 {limit} \"$BIN\" {} >{stdout} 2>{name}.stderr",
+            args.join(" ")
+        );
+        let _ = writeln!(y, "  rc=$?; echo \"$rc\" >{name}.exit");
+        let _ = writeln!(
+            y,
+            "  if [ \"$rc\" -ne 0 ]; then failed=1; (grep -m1 -i error {name}.stderr || tail -n 1 {name}.stderr || echo \"exit $rc\") | head -n 1 >{name}.err; fi"
+        );
+    }
+    let _ = writeln!(y, "  exit \"$failed\"");
+    Ok(y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::plan;
+
+    fn wheel() -> Task {
+        Task {
+            install: Install::Wheel(
+                "dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl".to_string(),
+            ),
+            results: None,
+            name: "iteragpu-fleet".to_string(),
+        }
+    }
+
+    #[test]
+    fn nodes_and_accelerators_per_node() {
+        let y = task(&plan(Device::Gpu), &wheel()).unwrap();
+        assert!(y.contains("num_nodes: 4\n"), "{y}");
+        assert!(y.contains("resources:\n  accelerators: B200:2\n"), "{y}");
+        assert!(
+            y.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"),
+            "{y}"
+        );
+        assert!(y.contains("pip install --user"), "{y}");
+        assert!(y.contains(" >environment.json 2>environment.stderr"), "{y}");
+        assert!(
+            y.contains("probe --device all --package b200:7:4 --seconds 10 --output probe.json"),
+            "{y}"
+        );
+    }
+
+    #[test]
+    fn a_kit_and_a_bucket() {
+        let t = Task {
+            install: Install::Kit("/home/me/kit".to_string()),
+            results: Some("s3://my-bucket/fleet".to_string()),
+            name: "check".to_string(),
+        };
+        let y = task(&plan(Device::Cpu), &t).unwrap();
+        assert!(y.contains("\"~/iteragpu-kit\": \"/home/me/kit\""), "{y}");
+        assert!(
+            y.contains(
+                "  /iteragpu-fleet:\n    source: \"s3://my-bucket/fleet\"\n    mode: MOUNT\n"
+            ),
+            "{y}"
+        );
+        assert!(y.contains("CPU REFERENCE DEVICE"), "{y}");
+        assert!(!y.contains("accelerators"), "{y}");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_wheel_is_refused() {
+        let mut t = wheel();
+        t.install = Install::Wheel("iteragpu.tar.gz".to_string());
+        assert!(task(&plan(Device::Gpu), &t).is_err());
+        let mut t = wheel();
+        t.name = "a b".to_string();
+        assert!(task(&plan(Device::Gpu), &t).is_err());
+    }
+}

@@ -1,0 +1,385 @@
+//! The Slurm batch script: one allocation of N nodes with one task per node, one `srun` step per
+//! check, each node writing its results into its own folder of a directory every node sees.
+//!
+//! `sbatch --array=0-3` does not spread one task per node (Slurm 22.05 put two on each of two
+//! nodes); `--nodes=N --ntasks-per-node=1` on the allocation and on every step does.
+//!
+//! The layout, which the fleet check reads (`DIR` is the `--output` folder, `<node>` is
+//! `$SLURMD_NODENAME`, `<check>` one of environment, probe, measure):
+//!
+//! | file | what |
+//! | --- | --- |
+//! | `DIR/fleet.sbatch` | this script |
+//! | `DIR/fleet.json` | the plan: package, nodes, GPUs per node, checks, device |
+//! | `DIR/nodes.txt` | the allocation's node names, one a line, written before the first step |
+//! | `DIR/slurm-<job>.out` | the batch script's own output |
+//! | `DIR/<node>/<check>.json` | the check's document |
+//! | `DIR/<node>/<check>.exit` | its exit code, a decimal number and a newline (124: its time limit) |
+//! | `DIR/<node>/<check>.err` | only when that code is not 0: one line, the first of stderr with `error`, else its last |
+//! | `DIR/<node>/<check>.stdout`, `.stderr` | what the check printed (environment's stdout is its `.json`) |
+//!
+//! A node with no `<check>.exit` never ran the step (it was not allocated, or died).
+
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+
+use crate::{Check, Device, Error, Plan, shell_quote};
+
+/// The file the batch script is written to, in the output folder.
+pub const SCRIPT: &str = "fleet.sbatch";
+/// The plan document, in the output folder.
+pub const PLAN: &str = "fleet.json";
+/// The allocation's node names, in the output folder.
+pub const NODES: &str = "nodes.txt";
+
+/// Options of the allocation itself.
+#[derive(Debug, Clone, Default)]
+pub struct Allocation {
+    /// `--partition`, when given.
+    pub partition: Option<String>,
+    /// `--time` of the whole job in Slurm's format [default: the steps' limits added up, plus 5
+    /// minutes].
+    pub time: Option<String>,
+}
+
+/// Checks a partition name (letters, digits, `-_.,`) and a Slurm time limit (digits, `:` and
+/// `-`, as `30`, `1:30:00` or `1-00:00:00`).
+pub fn validate(allocation: &Allocation) -> Result<(), Error> {
+    if let Some(p) = &allocation.partition
+        && (p.is_empty()
+            || !p
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.,".contains(c)))
+    {
+        return Err(Error::Value {
+            what: "--partition",
+            value: p.clone(),
+            why: "is not a partition name: letters, digits, `-`, `_`, `.` and `,` only",
+        });
+    }
+    if let Some(t) = &allocation.time
+        && (t.is_empty()
+            || !t
+                .chars()
+                .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
+            || !t.starts_with(|c: char| c.is_ascii_digit()))
+    {
+        return Err(Error::Value {
+            what: "--time",
+            value: t.clone(),
+            why: "is not a Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS",
+        });
+    }
+    Ok(())
+}
+
+/// The per-node step every `srun` runs: `bash -c "$STEP" fleet-step CHECK LIMIT BINARY ARGS...`.
+const STEP: &str = r#"check=$1; limit=$2; shift 2
+node=${SLURMD_NODENAME:?slurmd sets SLURMD_NODENAME}
+case $node in ''|.|..|*/*) echo "fleet-step: unusable node name '$node'" >&2; exit 1 ;; esac
+out=$FLEET_DIR/$node
+mkdir -p "$out" && cd "$out" || exit 1
+rm -f "$check.exit" "$check.err"
+if [ "$check" = environment ]; then
+    timeout --kill-after=10 "$limit" "$@" >"$check.json" 2>"$check.stderr"
+else
+    timeout --kill-after=10 "$limit" "$@" >"$check.stdout" 2>"$check.stderr"
+fi
+rc=$?
+if [ "$rc" -ne 0 ]; then
+    line=$(grep -m1 -i 'error' "$check.stderr" 2>/dev/null)
+    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$check.stderr" 2>/dev/null | tail -n 1)
+    [ "$rc" -eq 124 ] && [ -z "$line" ] && line="timed out after $limit s"
+    [ -n "$line" ] || line="exit $rc with nothing on stderr"
+    printf '%s\n' "$line" >"$check.err"
+fi
+printf '%s\n' "$rc" >"$check.exit.tmp" && mv -f "$check.exit.tmp" "$check.exit"
+exit "$rc""#;
+
+/// The batch script for `plan`, its results under `dir` (an absolute path every node sees).
+pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String, Error> {
+    plan.validate()?;
+    validate(allocation)?;
+    let n = plan.nodes;
+    let checks: Vec<&str> = plan.checks.iter().map(|c| c.name()).collect();
+    let mut s = String::new();
+    let _ = writeln!(s, "#!/bin/bash");
+    let _ = writeln!(
+        s,
+        "# Written by `iteragpu fleet slurm`: {} on each of {n} node(s), one task per node, for \
+         the package {} ({} x {}, {} per node).",
+        checks.join(", "),
+        plan.package,
+        plan.gpus,
+        plan.model,
+        plan.gpus_per_node()
+    );
+    if plan.device == Device::Cpu {
+        let _ = writeln!(
+            s,
+            "# CPU REFERENCE DEVICE: every check opens the CPU reference device, not the GPUs; \
+             its documents say so and hold no GPU figure."
+        );
+    }
+    let _ = writeln!(
+        s,
+        "#\n# Submit: sbatch --wait {}   (then: iteragpu fleet check {})",
+        shell_quote(&format!("{dir}/{SCRIPT}")),
+        shell_quote(dir)
+    );
+    let _ = writeln!(
+        s,
+        "# The folder must be one that every node sees (a shared filesystem), and the binary too."
+    );
+    s.push_str(
+        "#
+# What the job writes (DIR is the folder above, <node> is $SLURMD_NODENAME):
+#   DIR/fleet.json               the plan: package, nodes, GPUs per node, checks, device
+#   DIR/nodes.txt                the allocation's node names, one a line, before the first step
+#   DIR/slurm-<job>.out          this script's own output
+#   DIR/<node>/<check>.json      the check's document
+#   DIR/<node>/<check>.exit      its exit code, a number and a newline (124: its time limit)
+#   DIR/<node>/<check>.err       only when that code is not 0: one line, the first of stderr
+#                                with `error`, else its last
+#   DIR/<node>/<check>.stdout, .stderr   what it printed (environment's stdout is its .json)
+# A node without <check>.exit did not run that step. The job exits 1 when any step failed.
+",
+    );
+    let _ = writeln!(s, "#SBATCH --job-name=iteragpu-fleet");
+    let _ = writeln!(s, "#SBATCH --nodes={n}");
+    let _ = writeln!(s, "#SBATCH --ntasks-per-node=1");
+    let _ = writeln!(s, "#SBATCH --exclusive");
+    if plan.device == Device::Gpu {
+        let _ = writeln!(s, "#SBATCH --gpus-per-node={}", plan.gpus_per_node());
+    }
+    if let Some(p) = &allocation.partition {
+        let _ = writeln!(s, "#SBATCH --partition={p}");
+    }
+    let time = match &allocation.time {
+        Some(t) => t.clone(),
+        None => {
+            let seconds: u64 = plan.checks.iter().map(|&c| step_limit(plan, c)).sum();
+            format!("{}", seconds.div_ceil(60) + 5)
+        }
+    };
+    let _ = writeln!(s, "#SBATCH --time={time}");
+    // sbatch reads #SBATCH lines literally: a path with a space cannot be quoted there.
+    if dir
+        .chars()
+        .any(|c| c.is_whitespace() || c == '\'' || c == '"')
+    {
+        return Err(Error::Value {
+            what: "--output",
+            value: dir.to_string(),
+            why: "holds a space or a quote, which an #SBATCH line cannot carry",
+        });
+    }
+    let _ = writeln!(s, "#SBATCH --output={dir}/slurm-%j.out");
+    s.push_str("\nset -u\n");
+    let _ = writeln!(s, "export FLEET_DIR={}", shell_quote(dir));
+    let _ = writeln!(s, "BIN={}", shell_quote(&plan.binary));
+    s.push_str("STEP=$(cat <<'FLEET_STEP'\n");
+    s.push_str(STEP);
+    s.push_str("\nFLEET_STEP\n)\n");
+    s.push_str("scontrol show hostnames \"$SLURM_JOB_NODELIST\" >\"$FLEET_DIR/nodes.txt\"\n");
+    let _ = writeln!(
+        s,
+        "echo \"iteragpu fleet: job $SLURM_JOB_ID on $SLURM_JOB_NUM_NODES node(s): $(paste -sd ' ' \"$FLEET_DIR/nodes.txt\")\""
+    );
+    s.push_str("failed=0\n");
+    for &check in &plan.checks {
+        let limit = plan.step_seconds(check);
+        let args: Vec<String> = plan
+            .arguments(check)
+            .iter()
+            .map(|a| shell_quote(a))
+            .collect();
+        let _ = writeln!(
+            s,
+            "\n# {check}: at most {limit} s on each node (then `timeout` ends it: exit 124)"
+        );
+        let _ = writeln!(s, "echo \"== {check}\"");
+        let _ = writeln!(
+            s,
+            "srun --nodes={n} --ntasks={n} --ntasks-per-node=1 --time={} --kill-on-bad-exit=0 \\\n    bash -c \"$STEP\" fleet-step {check} {limit} \"$BIN\" {} \\\n    || {{ failed=1; echo \"{check}: a node's step failed (its {check}.exit and {check}.err say which)\"; }}",
+            step_minutes(limit),
+            args.join(" ")
+        );
+    }
+    s.push_str("\nexit \"$failed\"\n");
+    Ok(s)
+}
+
+/// The step's own Slurm time limit: the check's `timeout` plus a minute for `timeout
+/// --kill-after` and writing the exit code, in whole minutes.
+fn step_minutes(limit: u64) -> u64 {
+    (limit + 10 + 60).div_ceil(60)
+}
+
+fn step_limit(plan: &Plan, check: Check) -> u64 {
+    step_minutes(plan.step_seconds(check)) * 60
+}
+
+/// One node's exit codes, as its files say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeExits {
+    /// The node's name (its folder).
+    pub node: String,
+    /// Per check in run order: the exit code, or `None` when the node has no `<check>.exit`,
+    /// with the `.err` line when there is one.
+    pub checks: Vec<(Check, Option<i32>, Option<String>)>,
+}
+
+/// Reads every node's exit codes from `dir`: the nodes of `nodes.txt` when the job wrote it,
+/// and every other folder that holds an `.exit` file, sorted by name.
+pub fn read_exits(dir: &Path, checks: &[Check]) -> Vec<NodeExits> {
+    let mut nodes: Vec<String> = fs::read_to_string(dir.join(NODES))
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect();
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if entry.path().is_dir()
+                && checks
+                    .iter()
+                    .any(|c| entry.path().join(format!("{c}.exit")).is_file())
+                && !nodes.contains(&name)
+            {
+                nodes.push(name);
+            }
+        }
+    }
+    nodes.sort();
+    nodes.dedup();
+    nodes
+        .into_iter()
+        .map(|node| {
+            let folder = dir.join(&node);
+            let checks = checks
+                .iter()
+                .map(|&c| {
+                    let code = fs::read_to_string(folder.join(format!("{c}.exit")))
+                        .ok()
+                        .and_then(|t| t.trim().parse::<i32>().ok());
+                    let err = fs::read_to_string(folder.join(format!("{c}.err")))
+                        .ok()
+                        .map(|t| t.lines().next().unwrap_or("").trim().to_string());
+                    (c, code, err)
+                })
+                .collect();
+            NodeExits { node, checks }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tests::plan;
+
+    #[test]
+    fn one_task_per_node_on_the_allocation_and_every_step() {
+        let s = script(&plan(Device::Gpu), &Allocation::default(), "/shared/fleet").unwrap();
+        assert!(
+            s.contains("#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"),
+            "{s}"
+        );
+        assert!(s.contains("#SBATCH --gpus-per-node=2\n"), "{s}");
+        assert_eq!(
+            s.matches("srun --nodes=4 --ntasks=4 --ntasks-per-node=1 ")
+                .count(),
+            3,
+            "{s}"
+        );
+        assert!(!s.contains("--array"), "{s}");
+        assert!(
+            s.contains(
+                "fleet-step probe 324 \"$BIN\" probe --device all --package b200:7:4 --seconds 10 --output probe.json"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains("environment --device all --package b200:7:4 --json"),
+            "{s}"
+        );
+        assert!(s.contains("measure --device cuda:0 "), "{s}");
+        assert!(
+            s.contains("#SBATCH --output=/shared/fleet/slurm-%j.out"),
+            "{s}"
+        );
+        // environment 120 s -> 4 min, probe 324 s -> 7 min, measure 600 s -> 12 min, + 5.
+        assert!(s.contains("#SBATCH --time=28\n"), "{s}");
+        assert!(!s.contains("CPU REFERENCE DEVICE"), "{s}");
+    }
+
+    #[test]
+    fn the_cpu_device_is_labelled_and_asks_for_no_gpu() {
+        let a = Allocation {
+            partition: Some("debug".to_string()),
+            time: Some("0:30:00".to_string()),
+        };
+        let s = script(&plan(Device::Cpu), &a, "/d").unwrap();
+        assert!(s.contains("# CPU REFERENCE DEVICE"), "{s}");
+        assert!(!s.contains("--gpus-per-node"), "{s}");
+        assert!(
+            s.contains("#SBATCH --partition=debug\n#SBATCH --time=0:30:00\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("probe --device cpu --seconds 10 --copy-bytes 64MiB"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_refused_before_they_reach_the_script() {
+        let a = Allocation {
+            partition: Some("gpu;rm".to_string()),
+            ..Allocation::default()
+        };
+        assert!(script(&plan(Device::Gpu), &a, "/d").is_err());
+        let a = Allocation {
+            time: Some("1h".to_string()),
+            ..Allocation::default()
+        };
+        assert!(script(&plan(Device::Gpu), &a, "/d").is_err());
+        let e = script(&plan(Device::Gpu), &Allocation::default(), "/my dir").unwrap_err();
+        assert!(e.to_string().contains("#SBATCH"), "{e}");
+    }
+
+    #[test]
+    fn the_step_script_is_valid_bash() {
+        let s = script(&plan(Device::Cpu), &Allocation::default(), "/d").unwrap();
+        let status = std::process::Command::new("bash")
+            .args(["-n", "-c", &s])
+            .status();
+        if let Ok(status) = status {
+            assert!(status.success(), "bash -n refused the script:\n{s}");
+        }
+    }
+
+    #[test]
+    fn exit_codes_are_read_per_node() {
+        let dir = std::env::temp_dir().join(format!("fleet-exits-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("n1")).unwrap();
+        fs::create_dir_all(dir.join("n2")).unwrap();
+        fs::write(dir.join(NODES), "n1\nn2\nn3\n").unwrap();
+        fs::write(dir.join("n1/environment.exit"), "0\n").unwrap();
+        fs::write(dir.join("n2/environment.exit"), "2\n").unwrap();
+        fs::write(dir.join("n2/environment.err"), "iteragpu: error: no\n").unwrap();
+        let exits = read_exits(&dir, &[Check::Environment]);
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(exits.len(), 3);
+        assert_eq!(exits[0].checks[0].1, Some(0));
+        assert_eq!(exits[1].checks[0].1, Some(2));
+        assert_eq!(exits[1].checks[0].2.as_deref(), Some("iteragpu: error: no"));
+        assert_eq!(exits[2].node, "n3");
+        assert_eq!(exits[2].checks[0].1, None);
+    }
+}

@@ -1,0 +1,475 @@
+//! `iteragpu fleet`: the checks on every node of a package that spans several machines: the
+//! Slurm batch script (`slurm`, with `--submit` to run it and read every node's exit codes) and
+//! the SkyPilot task (`skypilot`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use fleet::check::CheckOptions;
+use fleet::skypilot::{Install, Task};
+use fleet::slurm::{self, Allocation};
+use fleet::{Check, Device, Plan};
+use lab_io::files;
+use ledger::Package;
+
+use crate::cmd::environment::{datasheet, expectation, parse_package};
+use crate::exit::usage;
+use crate::output;
+
+/// Options of `fleet`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// What to write.
+    #[command(subcommand)]
+    pub verb: Verb,
+}
+
+/// The verbs of `fleet`.
+#[derive(Debug, clap::Subcommand)]
+pub enum Verb {
+    /// Write the Slurm batch script that runs the checks once on every node
+    /// (`--nodes=N --ntasks-per-node=1`, one `srun` step per check); `--submit` runs it.
+    Slurm(SlurmArgs),
+    /// Write the SkyPilot task YAML that runs the checks on every node (`num_nodes`, the
+    /// package's GPUs per node, a setup that installs the wheel or the kit).
+    Skypilot(SkypilotArgs),
+    /// Judge every node's results together: failed or missing nodes, the package over all
+    /// nodes, one table of node x GPU, outliers across nodes.
+    Check(CheckArgs),
+}
+
+/// What both verbs share: the package, the nodes and the checks.
+#[derive(Debug, clap::Args)]
+pub struct Common {
+    /// The rented package, GPU:DAYS:LOTS: its GPUs (gpus per lot x lots) are shared out evenly
+    /// over the nodes.
+    #[arg(long, value_parser = parse_package, value_name = "GPU:DAYS:LOTS")]
+    pub package: Package,
+    /// How many nodes the package's GPUs are on (1 to 4096; it must divide the GPU count).
+    #[arg(long, value_name = "N")]
+    pub nodes: u32,
+    /// The checks each node runs, comma-separated, run in this order: environment, probe,
+    /// measure.
+    #[arg(long, default_value = "environment,probe,measure", value_parser = parse_checks, value_name = "LIST")]
+    pub checks: Checks,
+    /// `gpu`: every GPU of each node; `cpu`: the CPU reference device on every node, which
+    /// checks the scheduler's side without GPUs (every document is labelled; no GPU figure).
+    #[arg(long, default_value = "gpu", value_parser = ["gpu", "cpu"])]
+    pub device: String,
+    /// Seconds `probe` may take per GPU on each node (0.1 to 3600).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_seconds, value_name = "S")]
+    pub probe_seconds: f64,
+    /// A tariff CSV to read the package from instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    pub catalogue: Option<PathBuf>,
+}
+
+/// Options of `fleet slurm`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu fleet slurm --package b200:7:4 --nodes 4 --output /shared/fleet
+  iteragpu fleet slurm --package b200:7:4 --nodes 2 --partition gpu --submit --output /shared/fleet
+  iteragpu fleet slurm --package b200:7:4 --nodes 4 --device cpu --submit --output /shared/try
+
+Writes DIR/fleet.sbatch and DIR/fleet.json (the plan). The job asks for --nodes=N
+--ntasks-per-node=1 (and the GPUs per node); each check is one srun step with one task on each
+node and a time limit, and every node writes DIR/<node>/<check>.json, <check>.exit (its exit code),
+<check>.err (the first error line, when the code is not 0), <check>.stdout and <check>.stderr;
+<node> is $SLURMD_NODENAME, DIR/nodes.txt lists the allocation. DIR and the binary must be on a
+filesystem every node sees. --submit runs `sbatch --wait` on the script, then reads every node's
+exit codes. Exit codes: 0 written (with --submit: every node ran every check with exit 0), 1 a
+node's check failed or did not run, or sbatch failed, 2 bad options or a DIR that already holds
+a fleet.sbatch.")]
+pub struct SlurmArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// The partition to run in [default: the cluster's default].
+    #[arg(long, value_name = "P")]
+    pub partition: Option<String>,
+    /// The job's time limit in Slurm's format (minutes, HH:MM:SS, D-HH:MM:SS) [default: the
+    /// steps' limits added up, plus 5 minutes].
+    #[arg(long, value_name = "T")]
+    pub time: Option<String>,
+    /// The iteragpu binary the nodes run [default: this one's absolute path].
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// The folder for the script and the nodes' results (created if missing); it must not hold
+    /// a fleet.sbatch yet.
+    #[arg(long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// Submit with `sbatch --wait`, then read every node's exit codes.
+    #[arg(long)]
+    pub submit: bool,
+}
+
+/// Options of `fleet skypilot`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu fleet skypilot --package b200:7:4 --nodes 4 --wheel dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl --output fleet.yaml
+  iteragpu fleet skypilot --package b200:7:4 --nodes 2 --kit kit/ --results s3://my-bucket/fleet --output fleet.yaml
+
+Writes a SkyPilot task: num_nodes, resources.accelerators per node (B200:2 for 8 GPUs on 4
+nodes), file_mounts that copy the wheel or the kit to every node, a setup that installs it, and
+a run that writes <results>/<rank>/<check>.json, .exit, .err, .stdout, .stderr on every node
+(rank is SKYPILOT_NODE_RANK). Launch it with `sky launch -c fleet fleet.yaml`. The output file
+must not exist.")]
+pub struct SkypilotArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// The wheel every node installs (`pip install --user`).
+    #[arg(
+        long,
+        value_name = "FILE",
+        required_unless_present = "kit",
+        conflicts_with = "kit"
+    )]
+    pub wheel: Option<PathBuf>,
+    /// A kit folder (with `bin/<target>/iteragpu`) copied to every node.
+    #[arg(long, value_name = "DIR")]
+    pub kit: Option<PathBuf>,
+    /// A bucket URL (s3://..., gs://...) mounted on every node as the results folder
+    /// [default: each node keeps ~/iteragpu-fleet].
+    #[arg(long, value_name = "URL")]
+    pub results: Option<String>,
+    /// The task's name.
+    #[arg(long, default_value = "iteragpu-fleet")]
+    pub name: String,
+    /// The task YAML to create; it must not exist yet.
+    #[arg(long, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+/// The `--checks` list, in run order.
+#[derive(Debug, Clone)]
+pub struct Checks(pub Vec<Check>);
+
+/// Options of `fleet check`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  iteragpu fleet check /shared/fleet
+  iteragpu fleet check /shared/fleet --package b200:7:4 --nodes 4 --json
+
+Reads DIR/<node>/<check>.json, <check>.exit and <check>.err of every node folder (as `fleet
+slurm` and `fleet skypilot` lay them out). Exit codes: 0 every node ran every check, no outlier,
+the package matches; 1 otherwise; 2 a DIR that is not a fleet's folder, or bad options.")]
+pub struct CheckArgs {
+    /// The fleet's folder: one sub-folder per node.
+    #[arg(value_name = "DIR")]
+    pub dir: PathBuf,
+    /// The rented package the nodes make up in all, GPU:DAYS:LOTS.
+    #[arg(long, value_parser = parse_package, value_name = "GPU:DAYS:LOTS")]
+    pub package: Option<Package>,
+    /// The nodes expected [default: the largest node count the documents give].
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// A tariff CSV to read the package from instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    pub catalogue: Option<PathBuf>,
+    /// A datasheet table instead of the bundled one.
+    #[arg(long, value_name = "FILE")]
+    pub datasheet: Option<PathBuf>,
+    /// Print the verdict as one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_checks(text: &str) -> Result<Checks, String> {
+    fleet::parse_checks(text)
+        .map(Checks)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(s) if s.is_finite() && (0.1..=3600.0).contains(&s) => Ok(s),
+        _ => Err(format!(
+            "`{text}` is not a time budget: expected seconds from 0.1 to 3600, such as 10"
+        )),
+    }
+}
+
+/// Runs `fleet`.
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    match args.verb {
+        Verb::Slurm(a) => run_slurm(a),
+        Verb::Skypilot(a) => run_skypilot(a),
+        Verb::Check(a) => run_check(a),
+    }
+}
+
+fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
+    Ok(if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    })
+}
+
+fn text(path: &Path, what: &str) -> anyhow::Result<String> {
+    path.to_str().map(String::from).ok_or_else(|| {
+        usage(format!(
+            "{what} {} is not valid UTF-8, which a script cannot name",
+            path.display()
+        ))
+    })
+}
+
+fn plan(common: &Common, binary: String) -> anyhow::Result<Plan> {
+    let e = expectation(Some(&common.package), common.catalogue.as_deref())?
+        .ok_or_else(|| usage("--package names no package"))?;
+    let checks = common.checks.0.clone();
+    let plan = Plan {
+        package: e.package,
+        model: e.model,
+        gpu: e.gpu,
+        gpus: e.gpus,
+        nodes: common.nodes,
+        checks,
+        device: if common.device == "cpu" {
+            Device::Cpu
+        } else {
+            Device::Gpu
+        },
+        probe_seconds: common.probe_seconds,
+        binary,
+    };
+    plan.validate().map_err(|e| usage(e.to_string()))?;
+    Ok(plan)
+}
+
+fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
+    let binary = match &args.binary {
+        Some(b) => absolute(b)?,
+        None => std::env::current_exe()?,
+    };
+    if !binary.is_file() {
+        return Err(usage(format!(
+            "--binary {}: no such file (the nodes run the binary at this path, which they must see too)",
+            binary.display()
+        )));
+    }
+    let plan = plan(&args.common, text(&binary, "the binary")?)?;
+    let allocation = Allocation {
+        partition: args.partition.clone(),
+        time: args.time.clone(),
+    };
+    std::fs::create_dir_all(&args.output).map_err(|e| {
+        usage(format!(
+            "cannot create the folder {}: {}",
+            args.output.display(),
+            files::os_message(&e)
+        ))
+    })?;
+    let dir = args.output.canonicalize()?;
+    let dir_text = text(&dir, "the folder")?;
+    let script = slurm::script(&plan, &allocation, &dir_text).map_err(|e| usage(e.to_string()))?;
+    let script_path = dir.join(slurm::SCRIPT);
+    files::check_new(&script_path).map_err(|e| {
+        usage(format!(
+            "{e}: a fleet run writes into a folder of its own; choose a new --output"
+        ))
+    })?;
+    let _ = files::write_new(&dir.join(slurm::PLAN), plan.to_json().as_bytes())
+        .map_err(|e| usage(e.to_string()))?;
+    let _ = files::write_new(&script_path, script.as_bytes()).map_err(|e| usage(e.to_string()))?;
+    let mut out = String::new();
+    if plan.device == Device::Cpu {
+        let _ = writeln!(
+            out,
+            "CPU REFERENCE DEVICE: every node runs the checks on its CPU reference device, not on GPUs"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "wrote {}: {} on {} node(s), one task per node ({} x {}, {} per node)",
+        args.output.join(slurm::SCRIPT).display(),
+        plan.checks
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        plan.nodes,
+        plan.gpus,
+        plan.model,
+        plan.gpus_per_node()
+    );
+    if !args.submit {
+        let _ = writeln!(
+            out,
+            "submit: sbatch --wait {}\nresults: {}/<node>/<check>.json, .exit, .err",
+            args.output.join(slurm::SCRIPT).display(),
+            args.output.display()
+        );
+        output::print_text(&out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    output::print_text(&out)?;
+    let status = std::process::Command::new("sbatch")
+        .arg("--wait")
+        .arg(&script_path)
+        .status()
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "could not start sbatch ({}): is Slurm's client installed here?",
+                files::os_message(&e)
+            )
+        })?;
+    let exits = slurm::read_exits(&dir, &plan.checks);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "sbatch --wait: {} ({})",
+        match status.code() {
+            Some(0) => "the job ended with exit 0".to_string(),
+            Some(c) => format!("the job ended with exit {c}"),
+            None => "sbatch was killed by a signal".to_string(),
+        },
+        dir.join("slurm-<job>.out").display()
+    );
+    let _ = writeln!(
+        out,
+        "{:<16} {}",
+        "node",
+        plan.checks
+            .iter()
+            .map(|c| format!("{:<12}", c.name()))
+            .collect::<String>()
+            .trim_end()
+    );
+    let mut ok = exits.len() == plan.nodes as usize;
+    for node in &exits {
+        let mut line = format!("{:<16} ", node.node);
+        let mut errors = Vec::new();
+        for (check, code, err) in &node.checks {
+            let cell = match code {
+                Some(c) => format!("exit {c}"),
+                None => "not run".to_string(),
+            };
+            ok &= *code == Some(0);
+            if let Some(e) = err.as_ref().filter(|_| *code != Some(0)) {
+                errors.push(format!("  {}/{check}: {e}", node.node));
+            }
+            let _ = write!(line, "{cell:<12}");
+        }
+        let _ = writeln!(out, "{}", line.trim_end());
+        for e in errors {
+            let _ = writeln!(out, "{e}");
+        }
+    }
+    if exits.len() != plan.nodes as usize {
+        let _ = writeln!(
+            out,
+            "nodes: {} of the {} asked for wrote results",
+            exits.len(),
+            plan.nodes
+        );
+    }
+    let _ = writeln!(
+        out,
+        "exit codes: {}\n",
+        if ok {
+            "every node ran every check with exit 0"
+        } else {
+            "FAILED: a node's check failed or did not run"
+        }
+    );
+    output::print_text(&out)?;
+    let options = CheckOptions {
+        // The CPU reference device has no GPU to hold to the package.
+        package: match plan.device {
+            Device::Gpu => {
+                expectation(Some(&args.common.package), args.common.catalogue.as_deref())?
+            }
+            Device::Cpu => None,
+        },
+        nodes: Some(plan.nodes),
+        ..CheckOptions::default()
+    };
+    let verdict = fleet::check::check(&dir, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
+    output::print_text(&fleet::check::render(&verdict))?;
+    Ok(if ok && status.success() && verdict.exit_code() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let options = CheckOptions {
+        package: expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+        datasheet: datasheet(args.datasheet.as_deref())?,
+        nodes: args.nodes,
+        ..CheckOptions::default()
+    };
+    let verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
+    if args.json {
+        output::print_json(&verdict)?;
+    } else {
+        output::print_text(&fleet::check::render(&verdict))?;
+    }
+    Ok(ExitCode::from(verdict.exit_code()))
+}
+
+fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
+    let plan = plan(&args.common, "iteragpu".to_string())?;
+    files::check_new(&args.output).map_err(|e| usage(e.to_string()))?;
+    let install = match (&args.wheel, &args.kit) {
+        (Some(w), _) => {
+            if !w.is_file() {
+                return Err(usage(format!("--wheel {}: no such file", w.display())));
+            }
+            Install::Wheel(text(&absolute(w)?, "--wheel")?)
+        }
+        (None, Some(k)) => {
+            if !k.join("bin").is_dir() {
+                return Err(usage(format!(
+                    "--kit {}: not a kit folder (it has no bin/)",
+                    k.display()
+                )));
+            }
+            Install::Kit(text(&absolute(k)?, "--kit")?)
+        }
+        (None, None) => unreachable!("clap requires --wheel or --kit"),
+    };
+    let task = Task {
+        install,
+        results: args.results.clone(),
+        name: args.name.clone(),
+    };
+    let yaml = fleet::skypilot::task(&plan, &task).map_err(|e| usage(e.to_string()))?;
+    let _ = files::write_new(&args.output, yaml.as_bytes()).map_err(|e| usage(e.to_string()))?;
+    let mut out = String::new();
+    if plan.device == Device::Cpu {
+        let _ = writeln!(
+            out,
+            "CPU REFERENCE DEVICE: every node runs the checks on its CPU reference device, not on GPUs"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}",
+        args.output.display(),
+        plan.nodes,
+        if plan.device == Device::Gpu {
+            format!(
+                " of {}:{}",
+                plan.gpu.to_ascii_uppercase(),
+                plan.gpus_per_node()
+            )
+        } else {
+            String::new()
+        },
+        plan.checks
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>()
+            .join(", "),
+        args.output.display()
+    );
+    output::print_text(&out)?;
+    Ok(ExitCode::SUCCESS)
+}

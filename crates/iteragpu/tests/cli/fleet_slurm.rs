@@ -1,0 +1,407 @@
+//! `fleet slurm` against a real scheduler: a local Slurm cluster of four emulated nodes
+//! (`scripts/slurm-local.sh`: munged, slurmctld, `slurmd -N n1..n4` on loopback) runs the
+//! batch script the command writes, with `--device cpu` (the CPU reference device on every
+//! node, so no GPU is needed), and every node's folder is read back.
+//!
+//! The cluster needs root and Debian's `slurm-wlm` and `munge`; without them the test says why
+//! it skipped, except under CI (`CI` set), where it fails. The cluster is stopped by its PIDs
+//! when the test ends, failed or not (a guard's `Drop`), and no process of it may be left.
+//!
+//! The failing node: a file planted at `DIR/n3/measure.json` before the job, which `measure`
+//! refuses to overwrite (exit 2) on n3 only; the other nodes and checks must still exit 0.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::Command as Process;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// Why the local cluster cannot run on this machine, if it cannot.
+fn unavailable() -> Option<String> {
+    let uid = Process::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not running as root (slurmd starts job steps as their user)".to_string());
+    }
+    for tool in [
+        "munged",
+        "mungekey",
+        "slurmctld",
+        "slurmd",
+        "sbatch",
+        "srun",
+        "sinfo",
+        "scontrol",
+        "scancel",
+        "squeue",
+    ] {
+        let found = Process::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Some(format!(
+                "{tool} is not installed (apt-get install slurm-wlm munge)"
+            ));
+        }
+    }
+    None
+}
+
+/// Skips the test (returns true) where the cluster cannot run, except under CI.
+fn skip() -> bool {
+    match unavailable() {
+        None => false,
+        Some(why) if in_ci() => panic!("CI must run the local Slurm cluster: {why}"),
+        Some(why) => {
+            eprintln!("SKIPPED fleet_slurm: {why}");
+            true
+        }
+    }
+}
+
+/// The PIDs of processes whose command line holds `pattern`.
+fn pgrep(args: &[&str]) -> BTreeSet<String> {
+    Process::new("pgrep")
+        .args(args)
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A running local cluster; dropping it cancels its jobs and stops every daemon by its PID.
+struct Cluster {
+    dir: PathBuf,
+    conf: PathBuf,
+    port_base: u16,
+}
+
+impl Cluster {
+    fn start(dir: &Path) -> Cluster {
+        // Ports of their own per run: base + 17 (slurmctld), base + 101..104 (slurmd).
+        let port_base = 20000 + (std::process::id() % 300) as u16 * 128;
+        let cluster = Cluster {
+            dir: dir.to_path_buf(),
+            conf: dir.join("slurm.conf"),
+            port_base,
+        };
+        let out = Process::new(repo().join("scripts/slurm-local.sh"))
+            .arg("start")
+            .arg(dir)
+            .env("SLURM_LOCAL_PORT_BASE", port_base.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "the local cluster did not start (ports {port_base}+):\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        cluster
+    }
+
+    fn client(&self, tool: &str) -> Process {
+        let mut p = Process::new(tool);
+        p.env("SLURM_CONF", &self.conf);
+        p
+    }
+
+    fn fleet(&self, output: &Path) -> Command {
+        let mut c = Command::cargo_bin("iteragpu").unwrap();
+        c.env("SLURM_CONF", &self.conf)
+            .args([
+                "fleet",
+                "slurm",
+                "--package",
+                "b200:7:4",
+                "--nodes",
+                "4",
+                "--checks",
+                "environment,probe,measure",
+                "--device",
+                "cpu",
+                "--probe-seconds",
+                "1",
+                "--time",
+                "10",
+                "--submit",
+                "--output",
+            ])
+            .arg(output)
+            .timeout(Duration::from_secs(600));
+        c
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        // Jobs first, so that no slurmstepd outlives its slurmd.
+        let _ = self.client("scancel").args(["--user", "root"]).status();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            let q = self.client("squeue").args(["-h", "-o", "%i"]).output();
+            if q.is_err() || q.is_ok_and(|o| o.stdout.is_empty() || !o.status.success()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let _ = Process::new(repo().join("scripts/slurm-local.sh"))
+            .arg("stop")
+            .arg(&self.dir)
+            .env("SLURM_LOCAL_PORT_BASE", self.port_base.to_string())
+            .status();
+    }
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Every node's exit code of `check`, by node.
+fn exits(dir: &Path, check: &str) -> Vec<(String, String)> {
+    ["n1", "n2", "n3", "n4"]
+        .iter()
+        .map(|n| {
+            let code = std::fs::read_to_string(dir.join(n).join(format!("{check}.exit")))
+                .map(|t| t.trim().to_string())
+                .unwrap_or_else(|_| "missing".to_string());
+            (n.to_string(), code)
+        })
+        .collect()
+}
+
+#[test]
+fn every_node_runs_every_check_once_and_a_failing_node_shows() {
+    if skip() {
+        return;
+    }
+    let slurm_before = pgrep(&["slurm"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster_dir = tmp.path().join("cluster");
+    let cluster_text = cluster_dir.to_string_lossy().into_owned();
+    {
+        let cluster = Cluster::start(&cluster_dir);
+
+        // All four nodes, three checks each, every exit code 0.
+        let good = tmp.path().join("good");
+        let assert = cluster.fleet(&good).assert();
+        let out = assert.get_output();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let log = std::fs::read_dir(&good)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("slurm-"))
+            .map(|e| read(&e.path()))
+            .collect::<String>();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "stdout:\n{stdout}\nstderr:\n{stderr}\njob log:\n{log}"
+        );
+        assert!(stdout.contains("CPU REFERENCE DEVICE"), "{stdout}");
+        assert!(stdout.contains("Submitted batch job"), "{stdout}");
+        assert!(
+            stdout.contains("every node ran every check with exit 0"),
+            "{stdout}"
+        );
+        assert_eq!(read(&good.join("nodes.txt")), "n1\nn2\nn3\nn4\n");
+        let script = read(&good.join("fleet.sbatch"));
+        assert!(script.contains("#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=1\n"));
+        for check in ["environment", "probe", "measure"] {
+            assert!(
+                exits(&good, check).iter().all(|(_, code)| code == "0"),
+                "{check}: {:?}\n{stdout}\n{log}",
+                exits(&good, check)
+            );
+            for node in ["n1", "n2", "n3", "n4"] {
+                let file = good.join(node).join(format!("{check}.json"));
+                let doc: serde_json::Value = serde_json::from_str(&read(&file))
+                    .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+                assert!(
+                    doc.to_string().contains("cpu"),
+                    "{} does not name the CPU device",
+                    file.display()
+                );
+                assert!(!good.join(node).join(format!("{check}.err")).exists());
+            }
+        }
+        // One task per node: four node folders, no other.
+        let folders: Vec<String> = std::fs::read_dir(&good)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(folders, ["n1", "n2", "n3", "n4"]);
+
+        // n3's measure cannot write its document: exit 2 there, 0 everywhere else.
+        let bad = tmp.path().join("bad");
+        std::fs::create_dir_all(bad.join("n3")).unwrap();
+        std::fs::write(bad.join("n3/measure.json"), "planted\n").unwrap();
+        let assert = cluster.fleet(&bad).assert().code(1);
+        let stdout = String::from_utf8_lossy(&assert.get_output().stdout).into_owned();
+        assert_eq!(
+            exits(&bad, "measure"),
+            [("n1", "0"), ("n2", "0"), ("n3", "2"), ("n4", "0")]
+                .map(|(n, c)| (n.to_string(), c.to_string()))
+        );
+        for check in ["environment", "probe"] {
+            assert!(exits(&bad, check).iter().all(|(_, code)| code == "0"));
+        }
+        let err = read(&bad.join("n3/measure.err"));
+        assert!(
+            err.starts_with("iteragpu: error:") && err.contains("exists"),
+            "{err}"
+        );
+        assert!(
+            stdout.contains("n3               exit 0      exit 0      exit 2"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("n3/measure: iteragpu: error:"), "{stdout}");
+        assert!(
+            stdout.contains("FAILED: a node's check failed or did not run"),
+            "{stdout}"
+        );
+        assert_eq!(read(&bad.join("n3/measure.json")), "planted\n");
+    }
+    // The guard has stopped the cluster: nothing of it is left.
+    let start = Instant::now();
+    while !pgrep(&["-f", &cluster_text]).is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        pgrep(&["-f", &cluster_text]).is_empty(),
+        "processes of the cluster are left"
+    );
+    let left: Vec<String> = pgrep(&["slurm"])
+        .difference(&slurm_before)
+        .cloned()
+        .collect();
+    assert!(left.is_empty(), "slurm processes are left: {left:?}");
+}
+
+fn iteragpu() -> Command {
+    Command::cargo_bin("iteragpu").unwrap()
+}
+
+#[test]
+fn the_script_is_written_without_a_scheduler_and_never_over_another() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    let args = ["fleet", "slurm", "--package", "b200:7:4", "--nodes", "2"];
+    iteragpu()
+        .args(args)
+        .arg("--output")
+        .arg(&dir)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains(
+            "environment, probe, measure on 2 node(s), one task per node (8 x NVIDIA B200, 4 per node)",
+        ));
+    let script = read(&dir.join("fleet.sbatch"));
+    assert!(script.contains("#SBATCH --nodes=2\n#SBATCH --ntasks-per-node=1\n"));
+    assert!(script.contains("#SBATCH --gpus-per-node=4\n"));
+    let binary = std::fs::canonicalize(env!("CARGO_BIN_EXE_iteragpu")).unwrap();
+    assert!(
+        script.contains(&format!("BIN={}\n", binary.display())),
+        "the nodes run this binary by its absolute path:\n{script}"
+    );
+    let plan: serde_json::Value = serde_json::from_str(&read(&dir.join("fleet.json"))).unwrap();
+    assert_eq!(plan["gpus_per_node"], 4);
+    // The same folder again: refused, the script untouched.
+    iteragpu()
+        .args(args)
+        .arg("--output")
+        .arg(&dir)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("choose a new --output"));
+    assert_eq!(read(&dir.join("fleet.sbatch")), script);
+}
+
+#[test]
+fn gpus_that_do_not_share_out_over_the_nodes_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    iteragpu()
+        .args(["fleet", "slurm", "--package", "b200:7:4", "--nodes", "3"])
+        .arg("--output")
+        .arg(tmp.path().join("f"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "8 GPU(s), which 3 nodes cannot hold evenly",
+        ));
+    iteragpu()
+        .args(["fleet", "slurm", "--package", "b200:7:4", "--nodes", "4"])
+        .args(["--checks", "environment,nccl", "--output"])
+        .arg(tmp.path().join("g"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("`nccl` is not a check"));
+}
+
+#[test]
+fn the_skypilot_task_asks_for_the_share_of_gpus_per_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let wheel = tmp
+        .path()
+        .join("iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl");
+    std::fs::write(&wheel, b"").unwrap();
+    let yaml = tmp.path().join("fleet.yaml");
+    iteragpu()
+        .args(["fleet", "skypilot", "--package", "b200:7:4", "--nodes", "4"])
+        .arg("--wheel")
+        .arg(&wheel)
+        .arg("--output")
+        .arg(&yaml)
+        .assert()
+        .success()
+        .stdout(predicates::str::contains("4 node(s) of B200:2"));
+    let text = read(&yaml);
+    assert!(text.contains("num_nodes: 4\nresources:\n  accelerators: B200:2\n"));
+    assert!(text.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"));
+    // The file exists now: refused.
+    iteragpu()
+        .args(["fleet", "skypilot", "--package", "b200:7:4", "--nodes", "4"])
+        .arg("--wheel")
+        .arg(&wheel)
+        .arg("--output")
+        .arg(&yaml)
+        .assert()
+        .code(2);
+    iteragpu()
+        .args(["fleet", "skypilot", "--package", "b200:7:4", "--nodes", "4"])
+        .args(["--wheel", "no-such.whl", "--output"])
+        .arg(tmp.path().join("other.yaml"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("no such file"));
+}
+
+#[test]
+fn fleet_check_refuses_what_is_not_a_fleet_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    iteragpu()
+        .args(["fleet", "check"])
+        .arg(tmp.path().join("missing"))
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("is not a folder"));
+}

@@ -1,0 +1,1720 @@
+//! Real hourly offers beside the packages: a SkyPilot catalogue file (`catalogs/v7/<cloud>/vms.csv`
+//! of the public `skypilot-org/skypilot-catalog` repository), priced for a package's duration.
+//!
+//! What is read, and how:
+//!
+//! - **Columns by name**, in any order: the [`REQUIRED_COLUMNS`] must be there, each once.
+//!   [`ZONE_COLUMN`] is optional (Lambda's file has none); [`CURRENCY_COLUMN`] is optional and is
+//!   not SkyPilot's (it lets another provider's file in the same shape say its currency). Any
+//!   other column (`GpuInfo`) is ignored. Rows are counted as lines of the file, the header being
+//!   row 1, and every fault names its row and column. A UTF-8 byte order mark and CRLF line ends
+//!   are accepted, surrounding spaces ignored; a file is at most [`MAX_OFFERS_BYTES`].
+//! - **Currency**: SkyPilot's prices are USD per hour for the whole instance (all its GPUs), so a
+//!   file without a `Currency` column is USD. With one, every row names a currency, and a file
+//!   that mixes two is refused with both named and the rows where each first appears: prices in
+//!   two currencies are never compared or added.
+//! - **Date**: SkyPilot's file carries none, so the date of its prices is the file's modification
+//!   time, as a UTC calendar day ([`FileDate`]): the day it was downloaded, unless it was touched
+//!   since (`touch -d 2025-06-01 vms.csv` dates an older copy).
+//! - **Empty price cells** mean "not offered there": an empty `Price` is no on-demand price in
+//!   that row (AWS lists `p5e.48xlarge` with spot prices only), an empty `SpotPrice` no spot
+//!   price. An instance type with no price of a kind in any row gets none (`null` in JSON, `none`
+//!   in text); the other kind is still priced.
+//! - **Pricing**: `days x 24` hours at the hourly price, in whole cents rounded half to even,
+//!   computed on integers from the decimal written in the file (never binary floats). On demand
+//!   and spot are priced separately, each at its cheapest row (region and zone) for the instance
+//!   type; a tie keeps the first row of the file.
+//! - **Not priced, but counted**: rows without an accelerator (CPU instances), rows with an
+//!   accelerator and no instance type (GCP lists attachable GPUs priced apart from the host VM
+//!   they need, so their price is not an instance's), fractions of a GPU (Azure's partitioned
+//!   GPUs), and accelerators the [`Mapping`] does not name (listed by name).
+//! - **Fit**: an offer is compared through the package table that [`crate::fit::fit`] computed:
+//!   the row of the same GPU id and GPU count gives the need per GPU and whether it fits
+//!   ([`attach_fit`]). Where the table has no such row (more GPUs than its `--max-gpus`, a count
+//!   that is not whole lots, a GPU id outside the catalogue) the offer is still listed with its
+//!   price and `fit` is `null`.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::Path;
+use std::time::SystemTime;
+
+use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
+use serde::Serialize;
+
+use crate::fit::FitOption;
+use crate::rows::{LineCounter, line_of};
+
+/// The columns a SkyPilot catalogue file must have, each once, in any order.
+pub const REQUIRED_COLUMNS: [&str; 8] = [
+    "InstanceType",
+    "AcceleratorName",
+    "AcceleratorCount",
+    "vCPUs",
+    "MemoryGiB",
+    "Price",
+    "SpotPrice",
+    "Region",
+];
+
+/// The zone column: optional (SkyPilot's Lambda file has none).
+pub const ZONE_COLUMN: &str = "AvailabilityZone";
+
+/// An optional currency column (not SkyPilot's): three capital letters on every row.
+pub const CURRENCY_COLUMN: &str = "Currency";
+
+/// The currency of SkyPilot's prices, and of a file without [`CURRENCY_COLUMN`].
+pub const SKYPILOT_CURRENCY: &str = "USD";
+
+/// The largest offers file read, in bytes (64 MiB: SkyPilot's largest, AWS's `vms.csv`, takes
+/// about 2.5 MB).
+pub const MAX_OFFERS_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Where a file's date comes from.
+pub const DATE_SOURCE: &str = "the file's modification time, as a UTC calendar day";
+
+/// The rule every price follows, as printed.
+pub const PRICE_RULE: &str = "days x 24 hours at the hourly price, rounded half to even to whole cents; on demand and spot priced separately, each at the cheapest row (region and zone) of the instance type, the first row on a tie";
+
+/// How empty price cells are shown.
+pub const EMPTY_CELLS: &str = "an empty Price or SpotPrice cell is no such offer in that row; an instance type with no price of a kind in any row has none (null)";
+
+/// How offers are compared with the model.
+pub const FIT_RULE: &str = "from the package table's row of the same GPU id and GPU count (need per GPU against the catalogue's usable memory); null where the table has no such row (more GPUs than --max-gpus, a count that is not whole lots, or a GPU id outside the catalogue)";
+
+/// How the embedded mapping is named.
+pub const MAPPING_NAME: &str = "data/skypilot-accelerators.csv (embedded)";
+
+/// The bundled mapping from SkyPilot's `AcceleratorName` to catalogue GPU ids.
+pub const MAPPING_CSV: &str = include_str!("../../../data/skypilot-accelerators.csv");
+
+/// The mapping's columns, in this order.
+pub const MAPPING_COLUMNS: [&str; 3] = ["accelerator_name", "gpu", "note"];
+
+/// The calendar day an offers file's prices are dated by, and where that day comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileDate {
+    /// YYYY-MM-DD.
+    pub date: String,
+    /// Where it comes from ([`DATE_SOURCE`]).
+    pub source: &'static str,
+}
+
+impl FileDate {
+    /// The UTC day of a modification time.
+    pub fn from_system_time(time: SystemTime) -> FileDate {
+        let seconds: i64 = match time.duration_since(SystemTime::UNIX_EPOCH) {
+            Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+            Err(before) => {
+                -i64::try_from(before.duration().as_secs()).unwrap_or(i64::MAX)
+                    - i64::from(before.duration().subsec_nanos() > 0)
+            }
+        };
+        FileDate::from_unix_days(seconds.div_euclid(86_400))
+    }
+
+    /// The day `days` after 1970-01-01 (negative: before it).
+    pub fn from_unix_days(days: i64) -> FileDate {
+        let (year, month, day) = civil_from_days(days);
+        FileDate {
+            date: format!("{year:04}-{month:02}-{day:02}"),
+            source: DATE_SOURCE,
+        }
+    }
+}
+
+/// Howard Hinnant's `civil_from_days`: the proleptic Gregorian date of a day count from
+/// 1970-01-01.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days.saturating_add(719_468);
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // [0, 146096]
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // [0, 399]
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // [0, 365]
+    let mp = (5 * doy + 2) / 153; // [0, 11]
+    let day = doy - (153 * mp + 2) / 5 + 1; // [1, 31]
+    let month = if mp < 10 { mp + 3 } else { mp - 9 }; // [1, 12]
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month as u32, day as u32)
+}
+
+/// One row of an offers file, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferRow {
+    /// The row (line of the file, header = 1).
+    pub row: u64,
+    /// `InstanceType`; empty for GCP's attachable accelerators.
+    pub instance_type: String,
+    /// `AcceleratorName`; empty for an instance without one.
+    pub accelerator_name: String,
+    /// `AcceleratorCount` as written (may be a fraction of a GPU); `None` when empty.
+    pub accelerator_count: Option<Decimal>,
+    /// `vCPUs`; `None` when empty.
+    pub vcpus: Option<Decimal>,
+    /// `MemoryGiB`; `None` when empty.
+    pub memory_gib: Option<Decimal>,
+    /// `Price`: on demand, per hour, for the instance; `None` when empty.
+    pub price: Option<Decimal>,
+    /// `SpotPrice`: spot, per hour, for the instance; `None` when empty.
+    pub spot_price: Option<Decimal>,
+    /// `Region`.
+    pub region: String,
+    /// `AvailabilityZone`, where the file has the column and the cell is not empty.
+    pub zone: Option<String>,
+}
+
+/// A validated offers file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffersFile {
+    name: String,
+    date: FileDate,
+    currency: String,
+    currency_from_column: bool,
+    rows: Vec<OfferRow>,
+}
+
+/// What is wrong with a header column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OffersHeaderProblem {
+    /// A required column is absent.
+    #[error(
+        "is missing; expected a SkyPilot catalogue with the columns {} (and optionally {ZONE_COLUMN}, {CURRENCY_COLUMN})",
+        REQUIRED_COLUMNS.join(",")
+    )]
+    Missing,
+    /// A column named twice.
+    #[error("appears more than once; expected each column once")]
+    Duplicate,
+}
+
+/// What is wrong with one field of an offers row.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OfferProblem {
+    /// The row ends before this column.
+    #[error("is missing (the row has {found} fields, the header {expected})")]
+    Missing {
+        /// Fields on the row.
+        found: usize,
+        /// Columns in the header.
+        expected: usize,
+    },
+    /// The row has more fields than the header.
+    #[error("is extra (the row has {found} fields, the header {expected})")]
+    Extra {
+        /// Fields on the row.
+        found: usize,
+        /// Columns in the header.
+        expected: usize,
+    },
+    /// Nothing where something is needed.
+    #[error("is empty; expected {expected}")]
+    Empty {
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// Not a decimal number.
+    #[error("`{value}` is not a number; expected {expected}")]
+    NotANumber {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// A negative number.
+    #[error("`{value}` is negative; expected {expected}")]
+    Negative {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// Zero where a price or count must be positive.
+    #[error("`{value}` is zero; expected {expected}")]
+    Zero {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// More digits than an exact decimal holds (28), or a count beyond 2^32 - 1.
+    #[error("`{value}` is too large or too long to hold exactly; expected {expected}")]
+    TooLarge {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
+    /// A GPU count without a GPU name.
+    #[error(
+        "is empty although AcceleratorCount is `{count}`; expected the accelerator's name, or both cells empty for an instance without one"
+    )]
+    Unnamed {
+        /// The count on the row.
+        count: String,
+    },
+    /// Neither an instance type nor an accelerator: nothing is offered.
+    #[error(
+        "is empty and so is AcceleratorName; expected the instance type (an empty one is only for an accelerator priced apart from its host)"
+    )]
+    Nothing,
+    /// Not three capital letters.
+    #[error("`{value}` is not a currency code; expected three capital letters such as USD")]
+    Currency {
+        /// The field.
+        value: String,
+    },
+}
+
+/// An offers file that cannot be used. Every variant names the file; row and column where
+/// there is one.
+#[derive(Debug, thiserror::Error)]
+pub enum OffersError {
+    /// The file could not be read.
+    #[error("cannot read the offers file {file}: {reason}")]
+    Read {
+        /// Path or name.
+        file: String,
+        /// The OS error.
+        reason: std::io::Error,
+    },
+    /// The file's modification time, which dates its prices, is unreadable.
+    #[error(
+        "cannot date the offers file {file}: its modification time is unreadable ({reason}); the date of its prices is that time"
+    )]
+    Date {
+        /// Path or name.
+        file: String,
+        /// The OS error.
+        reason: std::io::Error,
+    },
+    /// More than [`MAX_OFFERS_BYTES`].
+    #[error(
+        "the offers file {file} is larger than {} bytes (64 MiB), the largest accepted; expected one SkyPilot catalogue file such as catalogs/v7/aws/vms.csv (about 2.5 MB)",
+        MAX_OFFERS_BYTES
+    )]
+    TooLarge {
+        /// Path or name.
+        file: String,
+    },
+    /// Nothing (or only blanks and a byte order mark) in the file.
+    #[error(
+        "the offers file {file} is empty; expected a SkyPilot catalogue CSV with the header {}",
+        REQUIRED_COLUMNS.join(",")
+    )]
+    Empty {
+        /// Path or name.
+        file: String,
+    },
+    /// A header and nothing else.
+    #[error(
+        "the offers file {file} has a header but no rows; expected one row per instance type and region"
+    )]
+    NoRows {
+        /// Path or name.
+        file: String,
+    },
+    /// Not readable as CSV text.
+    #[error("the offers file {file}, row {row}: {message}")]
+    Syntax {
+        /// Path or name.
+        file: String,
+        /// Row (line) where the reader stopped.
+        row: u64,
+        /// What the CSV reader said.
+        message: String,
+    },
+    /// A fault in the header.
+    #[error("the offers file {file}, row 1 (header), column `{column}`: {problem}")]
+    Header {
+        /// Path or name.
+        file: String,
+        /// The column.
+        column: String,
+        /// What is wrong.
+        problem: OffersHeaderProblem,
+    },
+    /// A fault in one field.
+    #[error("the offers file {file}, row {row}, column `{column}`: {problem}")]
+    Field {
+        /// Path or name.
+        file: String,
+        /// Row (line of the file, header = 1).
+        row: u64,
+        /// Column name (or `#N`, counting from 1, past the header).
+        column: String,
+        /// What is wrong (boxed to keep the error small).
+        problem: Box<OfferProblem>,
+    },
+    /// Two currencies in one file.
+    #[error(
+        "the offers file {file} mixes currencies in column `{CURRENCY_COLUMN}`: row {first_row} is in {first_currency} and row {row} in {currency}; prices in two currencies are never compared or added, so keep one currency per file"
+    )]
+    MixedCurrencies {
+        /// Path or name.
+        file: String,
+        /// The first row's currency.
+        first_currency: String,
+        /// The first row.
+        first_row: u64,
+        /// The other currency.
+        currency: String,
+        /// The first row in it.
+        row: u64,
+    },
+    /// A price for the duration beyond what whole cents in a u64 hold.
+    #[error(
+        "the offers file {file}, row {row}, column `{column}`: `{value}` per hour for {hours} hours does not fit in whole cents (at most 18446744073709551615)"
+    )]
+    Overflow {
+        /// Path or name.
+        file: String,
+        /// Row.
+        row: u64,
+        /// `Price` or `SpotPrice`.
+        column: &'static str,
+        /// The hourly price.
+        value: String,
+        /// Hours priced.
+        hours: u64,
+    },
+}
+
+impl OffersFile {
+    /// Loads and validates an offers file, dated by its modification time; messages name it by
+    /// the path as given.
+    pub fn from_path(path: &Path) -> Result<OffersFile, OffersError> {
+        let file = path.display().to_string();
+        let reader = lab_io::files::open_input(path).map_err(|reason| OffersError::Read {
+            file: file.clone(),
+            reason,
+        })?;
+        let meta = reader.metadata().map_err(|reason| OffersError::Date {
+            file: file.clone(),
+            reason,
+        })?;
+        if meta.is_file() && meta.len() > MAX_OFFERS_BYTES {
+            return Err(OffersError::TooLarge { file });
+        }
+        let modified = meta.modified().map_err(|reason| OffersError::Date {
+            file: file.clone(),
+            reason,
+        })?;
+        OffersFile::from_reader(&file, FileDate::from_system_time(modified), reader)
+    }
+
+    /// Loads and validates an offers file from any reader, with the date given.
+    pub fn from_reader(
+        name: &str,
+        date: FileDate,
+        mut reader: impl Read,
+    ) -> Result<OffersFile, OffersError> {
+        let file = name.to_string();
+        let mut bytes = Vec::new();
+        reader
+            .by_ref()
+            .take(MAX_OFFERS_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|reason| OffersError::Read {
+                file: file.clone(),
+                reason,
+            })?;
+        if bytes.len() as u64 > MAX_OFFERS_BYTES {
+            return Err(OffersError::TooLarge { file });
+        }
+        let content = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+        if content.iter().all(u8::is_ascii_whitespace) {
+            return Err(OffersError::Empty { file });
+        }
+        let (rows, currency) = Parser { file: file.clone() }.parse(content)?;
+        let currency_from_column = currency.is_some();
+        Ok(OffersFile {
+            name: file,
+            date,
+            currency: currency.unwrap_or_else(|| SKYPILOT_CURRENCY.to_string()),
+            currency_from_column,
+            rows,
+        })
+    }
+
+    /// The name given at load.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The date of its prices.
+    pub fn date(&self) -> &FileDate {
+        &self.date
+    }
+
+    /// The one currency of its prices.
+    pub fn currency(&self) -> &str {
+        &self.currency
+    }
+
+    /// Every row, in file order.
+    pub fn rows(&self) -> &[OfferRow] {
+        &self.rows
+    }
+
+    /// Where the currency comes from, as printed.
+    pub fn currency_source(&self) -> &'static str {
+        if self.currency_from_column {
+            "the file's Currency column (one currency on every row)"
+        } else {
+            "SkyPilot's catalogue prices are USD per hour for the whole instance; the file has no Currency column"
+        }
+    }
+}
+
+/// One accelerator name of the mapping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MappingRow {
+    /// SkyPilot's `AcceleratorName` (matched without regard to ASCII case).
+    pub accelerator_name: String,
+    /// The catalogue GPU id.
+    pub gpu: String,
+    /// Why, and what the name covers.
+    pub note: String,
+}
+
+/// SkyPilot accelerator names to catalogue GPU ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    name: String,
+    rows: Vec<MappingRow>,
+    by_name: HashMap<String, usize>,
+}
+
+/// A mapping file that cannot be used: the row and column, and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the accelerator mapping {file}, row {row}, column `{column}`: {message}")]
+pub struct MappingError {
+    /// Path or name.
+    pub file: String,
+    /// Row (line, header = 1).
+    pub row: u64,
+    /// Column.
+    pub column: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Mapping {
+    /// The bundled mapping, `data/skypilot-accelerators.csv`; its tests load it, so it cannot fail.
+    pub fn embedded() -> Mapping {
+        match Mapping::from_reader(MAPPING_NAME, MAPPING_CSV.as_bytes()) {
+            Ok(mapping) => mapping,
+            // Unreachable in a tested build: `embedded_mapping_names_catalogue_gpus` loads it.
+            Err(err) => panic!("the embedded accelerator mapping is invalid: {err}"),
+        }
+    }
+
+    /// Loads and validates a mapping: the header `accelerator_name,gpu,note`, then one row per
+    /// name, each name once (ASCII case ignored), each GPU id a slug.
+    pub fn from_reader(name: &str, reader: impl Read) -> Result<Mapping, MappingError> {
+        let fault = |row: u64, column: &str, message: String| MappingError {
+            file: name.to_string(),
+            row,
+            column: column.to_string(),
+            message,
+        };
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(reader);
+        let mut records = reader.records();
+        let header = match records.next() {
+            Some(Ok(h)) => h,
+            _ => {
+                return Err(fault(
+                    1,
+                    MAPPING_COLUMNS[0],
+                    format!("expected the header {}", MAPPING_COLUMNS.join(",")),
+                ));
+            }
+        };
+        for (at, want) in MAPPING_COLUMNS.iter().enumerate() {
+            if header.get(at) != Some(*want) || header.len() != MAPPING_COLUMNS.len() {
+                return Err(fault(
+                    1,
+                    header.get(at).unwrap_or(*want),
+                    format!("expected the header {}", MAPPING_COLUMNS.join(",")),
+                ));
+            }
+        }
+        let mut rows: Vec<MappingRow> = Vec::new();
+        let mut by_name: HashMap<String, usize> = HashMap::new();
+        let mut first_rows: Vec<u64> = Vec::new();
+        for record in records {
+            let record = record.map_err(|err| fault(0, "#1", err.to_string()))?;
+            let row = record.position().map_or(0, |p| p.line());
+            if record.len() != MAPPING_COLUMNS.len() {
+                return Err(fault(
+                    row,
+                    MAPPING_COLUMNS[record.len().min(2)],
+                    format!(
+                        "the row has {} fields; expected {}",
+                        record.len(),
+                        MAPPING_COLUMNS.len()
+                    ),
+                ));
+            }
+            let (accelerator_name, gpu, note) = (&record[0], &record[1], &record[2]);
+            for (column, value) in MAPPING_COLUMNS.iter().zip([accelerator_name, gpu, note]) {
+                if value.is_empty() {
+                    return Err(fault(row, column, "is empty".to_string()));
+                }
+            }
+            if !gpu
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            {
+                return Err(fault(
+                    row,
+                    "gpu",
+                    format!("`{gpu}` is not a GPU id; expected lowercase letters, digits and `-`"),
+                ));
+            }
+            let key = accelerator_name.to_ascii_uppercase();
+            if let Some(&at) = by_name.get(&key) {
+                return Err(fault(
+                    row,
+                    "accelerator_name",
+                    format!(
+                        "`{accelerator_name}` is already mapped on row {}; expected each name once",
+                        first_rows[at]
+                    ),
+                ));
+            }
+            by_name.insert(key, rows.len());
+            first_rows.push(row);
+            rows.push(MappingRow {
+                accelerator_name: accelerator_name.to_string(),
+                gpu: gpu.to_string(),
+                note: note.to_string(),
+            });
+        }
+        Ok(Mapping {
+            name: name.to_string(),
+            rows,
+            by_name,
+        })
+    }
+
+    /// The name given at load.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every row, in file order.
+    pub fn rows(&self) -> &[MappingRow] {
+        &self.rows
+    }
+
+    /// The catalogue GPU id of a SkyPilot accelerator name, ASCII case ignored.
+    pub fn gpu(&self, accelerator_name: &str) -> Option<&str> {
+        self.by_name
+            .get(&accelerator_name.to_ascii_uppercase())
+            .map(|&at| self.rows[at].gpu.as_str())
+    }
+}
+
+/// One price of an offer: the cheapest row of its kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OfferPrice {
+    /// Per hour for the whole instance, as written in the file.
+    pub hourly: Decimal,
+    /// hourly x hours, in whole cents, half to even.
+    pub total_cents: u64,
+    /// The row's region.
+    pub region: String,
+    /// The row's zone, where the file has one.
+    pub zone: Option<String>,
+    /// The row (line of the file).
+    pub row: u64,
+}
+
+/// How an offer compares with the model, from the package table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OfferFit {
+    /// The table's need per GPU: ceil(model bytes / GPUs) + the reserve.
+    pub per_gpu_bytes: u128,
+    /// The catalogue's usable memory of one GPU.
+    pub usable_bytes_per_gpu: u128,
+    /// need <= usable.
+    pub fits: bool,
+    /// usable - need.
+    pub headroom_bytes: i128,
+    /// Whether the GPU count divides the attention and KV heads (null when unknown).
+    pub heads_divisible: Option<bool>,
+}
+
+/// One instance type of the file, priced for one duration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Offer {
+    /// `InstanceType`.
+    pub instance_type: String,
+    /// `AcceleratorName`.
+    pub accelerator_name: String,
+    /// The catalogue GPU id it maps to.
+    pub gpu: String,
+    /// GPUs in the instance.
+    pub gpus: u32,
+    /// `vCPUs` of its first row.
+    pub vcpus: Option<Decimal>,
+    /// `MemoryGiB` of its first row.
+    pub memory_gib: Option<Decimal>,
+    /// The duration priced.
+    pub days: u32,
+    /// days x 24.
+    pub hours: u64,
+    /// ISO 4217 code of every price of the file.
+    pub currency: String,
+    /// The cheapest on-demand row; null when no row has a `Price`.
+    pub on_demand: Option<OfferPrice>,
+    /// The cheapest spot row; null when no row has a `SpotPrice`.
+    pub spot: Option<OfferPrice>,
+    /// From the package table; null where it has no row of this GPU and count.
+    pub fit: Option<OfferFit>,
+    /// The file, as given.
+    pub file: String,
+    /// The date of its prices.
+    pub date: String,
+}
+
+/// Rows of one accelerator name that the mapping does not name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unmapped {
+    /// `AcceleratorName`.
+    pub accelerator_name: String,
+    /// How many rows.
+    pub rows: u64,
+    /// The first of them.
+    pub first_row: u64,
+}
+
+/// The rows that are not priced, by reason.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Skipped {
+    /// No accelerator (CPU instances).
+    pub without_accelerator: u64,
+    /// An accelerator without an instance type (priced apart from its host VM).
+    pub accelerator_only: u64,
+    /// A fraction of a GPU.
+    pub fractional_gpus: u64,
+    /// Accelerators the mapping does not name, in file order.
+    pub unmapped: Vec<Unmapped>,
+}
+
+/// The offers of a file, priced for the durations asked, beside the package table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OffersSection {
+    /// The file, as given.
+    pub file: String,
+    /// The date of its prices (YYYY-MM-DD).
+    pub date: String,
+    /// Where the date comes from.
+    pub date_source: &'static str,
+    /// The one currency of its prices.
+    pub currency: String,
+    /// Where the currency comes from.
+    pub currency_source: &'static str,
+    /// The accelerator mapping used.
+    pub mapping: String,
+    /// Rows read (header excluded).
+    pub rows: u64,
+    /// How every price is computed.
+    pub price_rule: &'static str,
+    /// How empty cells are shown.
+    pub empty_cells: &'static str,
+    /// How `fit` is filled.
+    pub fit_rule: &'static str,
+    /// Rows not priced.
+    pub skipped: Skipped,
+    /// One per instance type and duration: by duration, then fitting first, then cheapest on
+    /// demand, then cheapest spot.
+    pub offers: Vec<Offer>,
+}
+
+/// `hourly x hours` in whole cents, rounded half to even, exactly: the decimal's digits times
+/// hours x 100, divided by its power of ten on integers. `None` when it does not fit a u64.
+pub fn cents_for_hours(hourly: Decimal, hours: u64) -> Option<u64> {
+    let digits = u128::try_from(hourly.mantissa()).ok()?;
+    let scaled = digits.checked_mul(u128::from(hours))?.checked_mul(100)?;
+    // The scale is at most 28: 10^28 < 2^128.
+    let divisor = 10u128.pow(hourly.scale());
+    let quotient = scaled / divisor;
+    let remainder = scaled % divisor;
+    // remainder < divisor <= 10^28, so twice it fits.
+    let round_up = 2 * remainder > divisor || (2 * remainder == divisor && quotient % 2 == 1);
+    u64::try_from(quotient + u128::from(round_up)).ok()
+}
+
+/// Prices every mapped, whole-GPU instance type of `file` for each of `days` (3, 7 or 30: the
+/// package durations), with `fit` left empty ([`attach_fit`] fills it).
+pub fn price(
+    file: &OffersFile,
+    mapping: &Mapping,
+    days: &[u32],
+) -> Result<OffersSection, OffersError> {
+    struct Group<'a> {
+        first: &'a OfferRow,
+        gpu: String,
+        gpus: u32,
+        on_demand: Option<&'a OfferRow>,
+        spot: Option<&'a OfferRow>,
+    }
+    let mut skipped = Skipped::default();
+    let mut unmapped_at: HashMap<&str, usize> = HashMap::new();
+    let mut groups: Vec<Group> = Vec::new();
+    let mut group_at: HashMap<(&str, &str, u32), usize> = HashMap::new();
+    for row in file.rows() {
+        let Some(count) = row
+            .accelerator_count
+            .filter(|_| !row.accelerator_name.is_empty())
+        else {
+            skipped.without_accelerator += 1;
+            continue;
+        };
+        if row.instance_type.is_empty() {
+            skipped.accelerator_only += 1;
+            continue;
+        }
+        if !count.fract().is_zero() {
+            skipped.fractional_gpus += 1;
+            continue;
+        }
+        // Validated on load: a positive whole count within u32 is all that remains.
+        let Some(gpus) = count.to_u32().filter(|g| *g > 0) else {
+            skipped.fractional_gpus += 1;
+            continue;
+        };
+        let Some(gpu) = mapping.gpu(&row.accelerator_name) else {
+            let at = *unmapped_at
+                .entry(row.accelerator_name.as_str())
+                .or_insert_with(|| {
+                    skipped.unmapped.push(Unmapped {
+                        accelerator_name: row.accelerator_name.clone(),
+                        rows: 0,
+                        first_row: row.row,
+                    });
+                    skipped.unmapped.len() - 1
+                });
+            skipped.unmapped[at].rows += 1;
+            continue;
+        };
+        let key = (
+            row.instance_type.as_str(),
+            row.accelerator_name.as_str(),
+            gpus,
+        );
+        let at = *group_at.entry(key).or_insert_with(|| {
+            groups.push(Group {
+                first: row,
+                gpu: gpu.to_string(),
+                gpus,
+                on_demand: None,
+                spot: None,
+            });
+            groups.len() - 1
+        });
+        let group = &mut groups[at];
+        // Strictly cheaper replaces: a tie keeps the first row.
+        if let Some(p) = row.price
+            && group.on_demand.and_then(|b| b.price).is_none_or(|b| p < b)
+        {
+            group.on_demand = Some(row);
+        }
+        if let Some(p) = row.spot_price
+            && group.spot.and_then(|b| b.spot_price).is_none_or(|b| p < b)
+        {
+            group.spot = Some(row);
+        }
+    }
+    let quote = |row: &OfferRow, column: &'static str, hourly: Decimal, hours: u64| {
+        let total_cents = cents_for_hours(hourly, hours).ok_or_else(|| OffersError::Overflow {
+            file: file.name().to_string(),
+            row: row.row,
+            column,
+            value: hourly.to_string(),
+            hours,
+        })?;
+        Ok::<_, OffersError>(OfferPrice {
+            hourly,
+            total_cents,
+            region: row.region.clone(),
+            zone: row.zone.clone(),
+            row: row.row,
+        })
+    };
+    let mut offers = Vec::new();
+    for &d in days {
+        let hours = u64::from(d) * 24;
+        for g in &groups {
+            let on_demand = match g.on_demand {
+                Some(row) => Some(quote(row, "Price", row.price.unwrap_or_default(), hours)?),
+                None => None,
+            };
+            let spot = match g.spot {
+                Some(row) => Some(quote(
+                    row,
+                    "SpotPrice",
+                    row.spot_price.unwrap_or_default(),
+                    hours,
+                )?),
+                None => None,
+            };
+            offers.push(Offer {
+                instance_type: g.first.instance_type.clone(),
+                accelerator_name: g.first.accelerator_name.clone(),
+                gpu: g.gpu.clone(),
+                gpus: g.gpus,
+                vcpus: g.first.vcpus,
+                memory_gib: g.first.memory_gib,
+                days: d,
+                hours,
+                currency: file.currency().to_string(),
+                on_demand,
+                spot,
+                fit: None,
+                file: file.name().to_string(),
+                date: file.date().date.clone(),
+            });
+        }
+    }
+    sort_offers(&mut offers);
+    Ok(OffersSection {
+        file: file.name().to_string(),
+        date: file.date().date.clone(),
+        date_source: file.date().source,
+        currency: file.currency().to_string(),
+        currency_source: file.currency_source(),
+        mapping: mapping.name().to_string(),
+        rows: file.rows().len() as u64,
+        price_rule: PRICE_RULE,
+        empty_cells: EMPTY_CELLS,
+        fit_rule: FIT_RULE,
+        skipped,
+        offers,
+    })
+}
+
+/// By duration; fitting first, unknown next, not fitting last; then cheapest on demand, then
+/// cheapest spot (an absent price after any present one); then by instance type. Stable.
+fn sort_offers(offers: &mut [Offer]) {
+    offers.sort_by(|a, b| {
+        let key = |o: &Offer| {
+            let fit_rank = match &o.fit {
+                Some(f) if f.fits => 0u8,
+                None => 1,
+                Some(_) => 2,
+            };
+            (
+                o.days,
+                fit_rank,
+                o.on_demand.as_ref().map_or(u64::MAX, |p| p.total_cents),
+                o.spot.as_ref().map_or(u64::MAX, |p| p.total_cents),
+            )
+        };
+        key(a)
+            .cmp(&key(b))
+            .then_with(|| a.instance_type.cmp(&b.instance_type))
+    });
+}
+
+/// Fills each offer's `fit` from the package table of [`crate::fit::fit`]: the first row of the
+/// same GPU id and GPU count (the need per GPU does not depend on the duration), then sorts the
+/// offers again. An offer the table has no row for keeps `fit: None`.
+pub fn attach_fit(section: &mut OffersSection, options: &[FitOption]) {
+    let mut by_gpu: HashMap<(&str, u64), &FitOption> = HashMap::new();
+    for o in options {
+        by_gpu.entry((o.gpu.as_str(), o.total_gpus)).or_insert(o);
+    }
+    for offer in &mut section.offers {
+        offer.fit = by_gpu
+            .get(&(offer.gpu.as_str(), u64::from(offer.gpus)))
+            .map(|o| OfferFit {
+                per_gpu_bytes: o.per_gpu_bytes,
+                usable_bytes_per_gpu: o.usable_bytes_per_gpu,
+                fits: o.fits,
+                headroom_bytes: o.headroom_bytes,
+                heads_divisible: o.heads_divisible,
+            });
+    }
+    sort_offers(&mut section.offers);
+}
+
+/// What a numeric column holds, for messages.
+const PRICE_EXPECTED: &str =
+    "a positive hourly price such as 98.32, or an empty cell where none is offered";
+const COUNT_EXPECTED: &str = "the number of accelerators, such as 8.0, or an empty cell for none";
+const SIZE_EXPECTED: &str = "a non-negative number, or an empty cell";
+
+/// Reads rows and checks each fault in the order a reader meets it.
+struct Parser {
+    file: String,
+}
+
+/// Column positions.
+struct Index {
+    columns: HashMap<&'static str, usize>,
+    zone: Option<usize>,
+    currency: Option<usize>,
+}
+
+impl Parser {
+    fn field_error(&self, row: u64, column: &str, problem: OfferProblem) -> OffersError {
+        OffersError::Field {
+            file: self.file.clone(),
+            row,
+            column: column.to_string(),
+            problem: Box::new(problem),
+        }
+    }
+
+    fn syntax_error(&self, content: &[u8], err: &csv::Error) -> OffersError {
+        let row = line_of(content, err.position());
+        let message = match err.kind() {
+            csv::ErrorKind::Utf8 { .. } => {
+                "is not valid UTF-8 text; expected a UTF-8 CSV file".to_string()
+            }
+            _ => err.to_string(),
+        };
+        OffersError::Syntax {
+            file: self.file.clone(),
+            row,
+            message,
+        }
+    }
+
+    fn parse(&self, content: &[u8]) -> Result<(Vec<OfferRow>, Option<String>), OffersError> {
+        let mut reader = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .trim(csv::Trim::All)
+            .from_reader(content);
+        let mut records = reader.records();
+        let header = match records.next() {
+            Some(Ok(h)) => h,
+            Some(Err(err)) => return Err(self.syntax_error(content, &err)),
+            None => {
+                return Err(OffersError::Empty {
+                    file: self.file.clone(),
+                });
+            }
+        };
+        let index = self.header_index(&header)?;
+        let width = header.len();
+        let mut rows = Vec::new();
+        let mut lines = LineCounter::default();
+        let mut first_currency: Option<(String, u64)> = None;
+        for record in records {
+            let record = record.map_err(|err| self.syntax_error(content, &err))?;
+            let row = lines.line_of(content, record.position());
+            if record.len() > width {
+                return Err(self.field_error(
+                    row,
+                    &format!("#{}", width + 1),
+                    OfferProblem::Extra {
+                        found: record.len(),
+                        expected: width,
+                    },
+                ));
+            }
+            let get = |column: &'static str, at: usize| -> Result<&str, OffersError> {
+                record.get(at).ok_or_else(|| {
+                    self.field_error(
+                        row,
+                        column,
+                        OfferProblem::Missing {
+                            found: record.len(),
+                            expected: width,
+                        },
+                    )
+                })
+            };
+            let field = |column: &'static str| get(column, index.columns[column]);
+            let instance_type = field("InstanceType")?;
+            let accelerator_name = field("AcceleratorName")?;
+            let count_text = field("AcceleratorCount")?;
+            let accelerator_count =
+                self.decimal(row, "AcceleratorCount", count_text, COUNT_EXPECTED, false)?;
+            if accelerator_name.is_empty() && accelerator_count.is_some_and(|c| !c.is_zero()) {
+                return Err(self.field_error(
+                    row,
+                    "AcceleratorName",
+                    OfferProblem::Unnamed {
+                        count: count_text.to_string(),
+                    },
+                ));
+            }
+            if !accelerator_name.is_empty() {
+                match accelerator_count {
+                    None => {
+                        return Err(self.field_error(
+                            row,
+                            "AcceleratorCount",
+                            OfferProblem::Empty {
+                                expected: "the number of accelerators named in AcceleratorName",
+                            },
+                        ));
+                    }
+                    Some(c) if c.is_zero() => {
+                        return Err(self.field_error(
+                            row,
+                            "AcceleratorCount",
+                            OfferProblem::Zero {
+                                value: count_text.to_string(),
+                                expected: "the number of accelerators named in AcceleratorName",
+                            },
+                        ));
+                    }
+                    Some(c) if c.trunc() > Decimal::from(u32::MAX) => {
+                        return Err(self.field_error(
+                            row,
+                            "AcceleratorCount",
+                            OfferProblem::TooLarge {
+                                value: count_text.to_string(),
+                                expected: "at most 4294967295 accelerators",
+                            },
+                        ));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if instance_type.is_empty() && accelerator_name.is_empty() {
+                return Err(self.field_error(row, "InstanceType", OfferProblem::Nothing));
+            }
+            let vcpus = self.decimal(row, "vCPUs", field("vCPUs")?, SIZE_EXPECTED, false)?;
+            let memory_gib =
+                self.decimal(row, "MemoryGiB", field("MemoryGiB")?, SIZE_EXPECTED, false)?;
+            let price = self.decimal(row, "Price", field("Price")?, PRICE_EXPECTED, true)?;
+            let spot_price =
+                self.decimal(row, "SpotPrice", field("SpotPrice")?, PRICE_EXPECTED, true)?;
+            let region = field("Region")?;
+            if region.is_empty() {
+                return Err(self.field_error(
+                    row,
+                    "Region",
+                    OfferProblem::Empty {
+                        expected: "the region of the offer",
+                    },
+                ));
+            }
+            let zone = match index.zone {
+                Some(at) => Some(get(ZONE_COLUMN, at)?).filter(|z| !z.is_empty()),
+                None => None,
+            };
+            if let Some(at) = index.currency {
+                let value = get(CURRENCY_COLUMN, at)?;
+                if value.is_empty() {
+                    return Err(self.field_error(
+                        row,
+                        CURRENCY_COLUMN,
+                        OfferProblem::Empty {
+                            expected: "a currency code such as USD",
+                        },
+                    ));
+                }
+                if value.len() != 3 || !value.bytes().all(|b| b.is_ascii_uppercase()) {
+                    return Err(self.field_error(
+                        row,
+                        CURRENCY_COLUMN,
+                        OfferProblem::Currency {
+                            value: value.to_string(),
+                        },
+                    ));
+                }
+                match &first_currency {
+                    None => first_currency = Some((value.to_string(), row)),
+                    Some((first, first_row)) if first != value => {
+                        return Err(OffersError::MixedCurrencies {
+                            file: self.file.clone(),
+                            first_currency: first.clone(),
+                            first_row: *first_row,
+                            currency: value.to_string(),
+                            row,
+                        });
+                    }
+                    Some(_) => {}
+                }
+            }
+            rows.push(OfferRow {
+                row,
+                instance_type: instance_type.to_string(),
+                accelerator_name: accelerator_name.to_string(),
+                accelerator_count,
+                vcpus,
+                memory_gib,
+                price,
+                spot_price,
+                region: region.to_string(),
+                zone: zone.map(str::to_string),
+            });
+        }
+        if rows.is_empty() {
+            return Err(OffersError::NoRows {
+                file: self.file.clone(),
+            });
+        }
+        Ok((rows, first_currency.map(|(c, _)| c)))
+    }
+
+    fn header_index(&self, header: &csv::StringRecord) -> Result<Index, OffersError> {
+        let fault = |column: &str, problem| OffersError::Header {
+            file: self.file.clone(),
+            column: column.to_string(),
+            problem,
+        };
+        let mut columns = HashMap::new();
+        let mut zone = None;
+        let mut currency = None;
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (at, name) in header.iter().enumerate() {
+            if seen.insert(name, at).is_some() {
+                return Err(fault(name, OffersHeaderProblem::Duplicate));
+            }
+            if let Some(known) = REQUIRED_COLUMNS.iter().find(|c| **c == name) {
+                columns.insert(*known, at);
+            } else if name == ZONE_COLUMN {
+                zone = Some(at);
+            } else if name == CURRENCY_COLUMN {
+                currency = Some(at);
+            }
+        }
+        if let Some(missing) = REQUIRED_COLUMNS.iter().find(|c| !columns.contains_key(*c)) {
+            return Err(fault(missing, OffersHeaderProblem::Missing));
+        }
+        Ok(Index {
+            columns,
+            zone,
+            currency,
+        })
+    }
+
+    /// An empty cell (`None`), or an exact non-negative decimal: digits with at most one point,
+    /// or pandas' exponent form (`1e-05`). `positive` refuses zero.
+    fn decimal(
+        &self,
+        row: u64,
+        column: &str,
+        value: &str,
+        expected: &'static str,
+        positive: bool,
+    ) -> Result<Option<Decimal>, OffersError> {
+        if value.is_empty() {
+            return Ok(None);
+        }
+        let problem = |make: fn(String, &'static str) -> OfferProblem| {
+            self.field_error(row, column, make(value.to_string(), expected))
+        };
+        let unsigned = value.strip_prefix('+').unwrap_or(value);
+        let (negative, digits) = match unsigned.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, unsigned),
+        };
+        let Some(parsed) = exact_decimal(digits) else {
+            return Err(problem(|value, expected| OfferProblem::NotANumber {
+                value,
+                expected,
+            }));
+        };
+        let Ok(parsed) = parsed else {
+            return Err(problem(|value, expected| OfferProblem::TooLarge {
+                value,
+                expected,
+            }));
+        };
+        if negative && !parsed.is_zero() {
+            return Err(problem(|value, expected| OfferProblem::Negative {
+                value,
+                expected,
+            }));
+        }
+        if positive && parsed.is_zero() {
+            return Err(problem(|value, expected| OfferProblem::Zero {
+                value,
+                expected,
+            }));
+        }
+        Ok(Some(parsed))
+    }
+}
+
+/// `None` when `text` is not a plain decimal (`12`, `12.5`, `.5`, `12.`) or an exponent form
+/// (`1e-05`, `1.5E+3`); `Some(Err)` when it is one but does not fit a [`Decimal`] exactly.
+fn exact_decimal(text: &str) -> Option<Result<Decimal, ()>> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(at) => (&text[..at], Some(&text[at + 1..])),
+        None => (text, None),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.len() + fraction.len() == 0 || !all_digits(whole) || !all_digits(fraction) {
+        return None;
+    }
+    let exponent: i64 = match exponent {
+        None => 0,
+        Some(e) => {
+            let digits = e.strip_prefix(['+', '-']).unwrap_or(e);
+            if digits.is_empty() || !all_digits(digits) || digits.len() > 4 {
+                return None;
+            }
+            let n: i64 = digits.parse().ok()?;
+            if e.starts_with('-') { -n } else { n }
+        }
+    };
+    // All the digits as one integer, then the point moved by the exponent.
+    let joined = format!("{whole}{fraction}");
+    let joined = joined.trim_start_matches('0');
+    let scale = fraction.len() as i64 - exponent;
+    let fits = || -> Option<Decimal> {
+        let mut number: i128 = if joined.is_empty() {
+            0
+        } else {
+            joined.parse().ok()?
+        };
+        let mut scale = scale;
+        while scale < 0 {
+            number = number.checked_mul(10)?;
+            scale += 1;
+        }
+        let scale = u32::try_from(scale).ok()?;
+        Decimal::try_from_i128_with_scale(number, scale).ok()
+    };
+    Some(fits().ok_or(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalogue::Catalogue;
+
+    const FIXTURE: &str = include_str!("../tests/fixtures/skypilot/aws-vms-excerpt.csv");
+
+    const HEADER: &str = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone";
+
+    fn day() -> FileDate {
+        FileDate::from_unix_days(20_240)
+    }
+
+    fn load(text: &str) -> Result<OffersFile, OffersError> {
+        OffersFile::from_reader("offers.csv", day(), text.as_bytes())
+    }
+
+    fn message(text: &str) -> String {
+        load(text).unwrap_err().to_string()
+    }
+
+    /// An independent reading of a price string: its digits as an integer and its decimals.
+    fn cents_by_digits(hourly: &str, hours: u128) -> u128 {
+        let (whole, fraction) = hourly.split_once('.').unwrap_or((hourly, ""));
+        let digits: u128 = format!("{whole}{fraction}").parse().unwrap();
+        let divisor = 10u128.pow(fraction.len() as u32);
+        let scaled = digits * hours * 100;
+        let (q, r) = (scaled / divisor, scaled % divisor);
+        q + u128::from(2 * r > divisor || (2 * r == divisor && q % 2 == 1))
+    }
+
+    #[test]
+    fn dates_are_utc_calendar_days() {
+        assert_eq!(FileDate::from_unix_days(0).date, "1970-01-01");
+        assert_eq!(FileDate::from_unix_days(-1).date, "1969-12-31");
+        assert_eq!(FileDate::from_unix_days(11_016).date, "2000-02-29");
+        assert_eq!(FileDate::from_unix_days(19_723).date, "2024-01-01");
+        assert_eq!(day().date, "2025-06-01");
+        let noon =
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(20_240 * 86_400 + 43_200);
+        assert_eq!(FileDate::from_system_time(noon), day());
+        let before = SystemTime::UNIX_EPOCH - std::time::Duration::from_secs(1);
+        assert_eq!(FileDate::from_system_time(before).date, "1969-12-31");
+    }
+
+    #[test]
+    fn cents_are_exact_and_ties_go_to_even() {
+        let d = |s: &str| s.parse::<Decimal>().unwrap();
+        assert_eq!(cents_for_hours(d("98.32"), 168), Some(1_651_776));
+        // 0.000625 x 72 h = 4.5 cents -> 4; 0.001875 x 72 h = 13.5 cents -> 14.
+        assert_eq!(cents_for_hours(d("0.000625"), 72), Some(4));
+        assert_eq!(cents_for_hours(d("0.001875"), 72), Some(14));
+        assert_eq!(cents_for_hours(d("12.119500"), 168), Some(203_608));
+        assert_eq!(cents_for_hours(Decimal::MAX, 720), None);
+        for (price, hours) in [("32.7726", 72u64), ("4.662900", 720), ("123.19496", 168)] {
+            assert_eq!(
+                u128::from(cents_for_hours(d(price), hours).unwrap()),
+                cents_by_digits(price, u128::from(hours)),
+                "{price}"
+            );
+        }
+    }
+
+    #[test]
+    fn numbers_are_read_exactly() {
+        let d = |s: &str| exact_decimal(s).unwrap().unwrap().to_string();
+        assert_eq!(d("98.32"), "98.32");
+        assert_eq!(d("12.119500"), "12.119500");
+        assert_eq!(d("8.0"), "8.0");
+        assert_eq!(d(".5"), "0.5");
+        assert_eq!(d("1e-05"), "0.00001");
+        assert_eq!(d("1.5E+3"), "1500");
+        for bad in ["", ".", "1.2.3", "abc", "1e", "e5", "1,5", "0x10"] {
+            assert!(exact_decimal(bad).is_none(), "{bad}");
+        }
+        assert_eq!(exact_decimal("1e40"), Some(Err(())));
+    }
+
+    #[test]
+    fn the_fixture_prices_8_h100_for_7_days() {
+        let file = load(FIXTURE).unwrap();
+        assert_eq!(file.currency(), "USD");
+        assert_eq!(file.rows().len(), 92);
+        let section = price(&file, &Mapping::embedded(), &[7]).unwrap();
+        assert_eq!(section.date, "2025-06-01");
+        let p5 = section
+            .offers
+            .iter()
+            .find(|o| o.instance_type == "p5.48xlarge")
+            .unwrap();
+        assert_eq!((p5.gpu.as_str(), p5.gpus, p5.hours), ("h100-sxm", 8, 168));
+        let od = p5.on_demand.as_ref().unwrap();
+        assert_eq!(od.hourly.to_string(), "98.32");
+        assert_eq!(u128::from(od.total_cents), cents_by_digits("98.32", 168));
+        assert_eq!(
+            (od.region.as_str(), od.zone.as_deref(), od.row),
+            ("us-east-1", Some("use1-az1"), 58)
+        );
+        let spot = p5.spot.as_ref().unwrap();
+        assert_eq!(
+            u128::from(spot.total_cents),
+            cents_by_digits("12.119500", 168)
+        );
+        assert_eq!((spot.region.as_str(), spot.row), ("us-east-2", 64));
+        assert_eq!(
+            (p5.file.as_str(), p5.date.as_str()),
+            ("offers.csv", "2025-06-01")
+        );
+        // p5e has spot prices only; p4de's spot prices are on its A100-GpuInfo rows.
+        let p5e = section
+            .offers
+            .iter()
+            .find(|o| o.instance_type == "p5e.48xlarge")
+            .unwrap();
+        assert!(p5e.on_demand.is_none());
+        assert_eq!(p5e.spot.as_ref().unwrap().hourly.to_string(), "12.536200");
+        let p4de = section
+            .offers
+            .iter()
+            .find(|o| o.instance_type == "p4de.24xlarge")
+            .unwrap();
+        assert_eq!(p4de.gpu, "a100-80gb");
+        assert_eq!(
+            p4de.spot.as_ref().unwrap().zone.as_deref(),
+            Some("use1-az6")
+        );
+        let p4d = section
+            .offers
+            .iter()
+            .find(|o| o.instance_type == "p4d.24xlarge")
+            .unwrap();
+        assert_eq!(p4d.gpu, "a100-40gb");
+        assert_eq!(section.offers.len(), 5);
+        assert_eq!(section.skipped.without_accelerator, 2);
+        assert_eq!(
+            section.skipped.unmapped,
+            vec![Unmapped {
+                accelerator_name: "V100-32GB".to_string(),
+                rows: 7,
+                first_row: 4
+            }]
+        );
+        // Three durations: one offer per instance type and duration, in duration order.
+        let all = price(&file, &Mapping::embedded(), &[3, 7, 30]).unwrap();
+        assert_eq!(all.offers.len(), 15);
+        assert!(all.offers.windows(2).all(|w| w[0].days <= w[1].days));
+    }
+
+    #[test]
+    fn fit_comes_from_the_package_table() {
+        let file = load(FIXTURE).unwrap();
+        let mut section = price(&file, &Mapping::embedded(), &[7]).unwrap();
+        let catalogue = Catalogue::embedded();
+        // 405e9 parameters in 16 bits over 8 GPUs: about 94 GiB per GPU, + 2 GiB.
+        let inputs = crate::fit::FitInputs {
+            model_bytes: 810_000_000_000,
+            reserve_bytes: 2 << 30,
+            max_gpus: 8,
+            days: Some(7),
+            heads: None,
+        };
+        let options = crate::fit::fit(&catalogue, &inputs);
+        attach_fit(&mut section, &options);
+        let of = |t: &str| {
+            section
+                .offers
+                .iter()
+                .find(|o| o.instance_type == t)
+                .unwrap()
+        };
+        let h200 = of("p5en.48xlarge").fit.clone().unwrap();
+        let h100 = of("p5.48xlarge").fit.clone().unwrap();
+        assert!(h200.fits && !h100.fits);
+        assert_eq!(
+            h100.per_gpu_bytes,
+            810_000_000_000u128.div_ceil(8) + (2 << 30)
+        );
+        // Fitting offers first.
+        assert!(section.offers[0].fit.as_ref().unwrap().fits);
+        // A table without 8-GPU rows leaves fit unknown.
+        let mut small = price(&file, &Mapping::embedded(), &[7]).unwrap();
+        let one = crate::fit::fit(
+            &catalogue,
+            &crate::fit::FitInputs {
+                max_gpus: 4,
+                ..inputs
+            },
+        );
+        attach_fit(&mut small, &one);
+        assert!(small.offers.iter().all(|o| o.fit.is_none()));
+    }
+
+    #[test]
+    fn embedded_mapping_names_catalogue_gpus() {
+        let mapping = Mapping::embedded();
+        let catalogue = Catalogue::embedded();
+        let gpus = catalogue.gpus();
+        for row in mapping.rows() {
+            assert!(
+                gpus.contains(&row.gpu.as_str()),
+                "{}: {}",
+                row.accelerator_name,
+                row.gpu
+            );
+        }
+        for (name, gpu) in [
+            ("H100", "h100-sxm"),
+            ("h200", "h200"),
+            ("B200", "b200"),
+            ("A100-80GB", "a100-80gb"),
+            ("L4", "l4"),
+            ("L40S", "l40s"),
+            ("MI300X", "mi300x"),
+        ] {
+            assert_eq!(mapping.gpu(name), Some(gpu), "{name}");
+        }
+        assert_eq!(mapping.gpu("V100"), None);
+        let dup = "accelerator_name,gpu,note\nH100,h100-sxm,a\nh100,h100-pcie,b\n";
+        let err = Mapping::from_reader("m.csv", dup.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("row 3, column `accelerator_name`") && err.contains("row 2"),
+            "{err}"
+        );
+        let bad = "accelerator_name,gpu,note\nH100,H100 SXM,a\n";
+        let err = Mapping::from_reader("m.csv", bad.as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("row 2, column `gpu`"), "{err}");
+    }
+
+    #[test]
+    fn columns_are_found_by_name_and_zones_are_optional() {
+        // Lambda's order and columns: no AvailabilityZone, GpuInfo in the middle.
+        let text = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,Region,GpuInfo,SpotPrice\n\
+                    gpu_8x_a100,A100,8.0,124.0,1800.0,10.32,us-east-1,\"{'Gpus': []}\",\n";
+        let file = load(text).unwrap();
+        assert_eq!(file.rows()[0].zone, None);
+        assert_eq!(file.rows()[0].spot_price, None);
+        let section = price(&file, &Mapping::embedded(), &[3]).unwrap();
+        assert_eq!(
+            section.offers[0].on_demand.as_ref().unwrap().total_cents,
+            74_304
+        );
+        assert!(section.offers[0].spot.is_none());
+        // BOM and CRLF.
+        let crlf = format!("\u{feff}{}", FIXTURE.replace('\n', "\r\n"));
+        assert_eq!(load(&crlf).unwrap().rows(), load(FIXTURE).unwrap().rows());
+    }
+
+    #[test]
+    fn rows_that_are_not_instances_are_counted_not_priced() {
+        let text = format!(
+            "{HEADER}\n\
+             ,T4,1.0,,,0.35,0.14,us-central1,us-central1-a\n\
+             Standard_NV6ads_A10_v5,A10,0.167,6.0,55.0,0.454,0.1,eastus,\n\
+             a1.large,,,2.0,4.0,0.051,0.051000,us-east-1,use1-az2\n\
+             g6.xlarge,L4,1.0,4.0,16.0,0.8048,0.3,us-east-1,use1-az1\n"
+        );
+        let section = price(&load(&text).unwrap(), &Mapping::embedded(), &[3]).unwrap();
+        assert_eq!(section.skipped.accelerator_only, 1);
+        assert_eq!(section.skipped.fractional_gpus, 1);
+        assert_eq!(section.skipped.without_accelerator, 1);
+        assert_eq!(section.offers.len(), 1);
+        assert_eq!(section.offers[0].gpu, "l4");
+    }
+
+    #[test]
+    fn mixed_currencies_are_refused_with_both_and_their_rows() {
+        let text = "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,Currency\n\
+                    a,H100,8,1,1,10,,r1,USD\n\
+                    b,H100,8,1,1,10,,r1,USD\n\
+                    c,H100,8,1,1,9,,r2,EUR\n";
+        let err = message(text);
+        assert!(err.contains("mixes currencies"), "{err}");
+        assert!(err.contains("row 2 is in USD and row 4 in EUR"), "{err}");
+        let one = text.replace("EUR", "USD").replace("USD\n", "EUR\n");
+        assert_eq!(load(&one).unwrap().currency(), "EUR");
+        let bad = text.replace("EUR", "euro");
+        assert!(message(&bad).contains("row 4, column `Currency`: `euro` is not a currency code"));
+    }
+
+    #[test]
+    fn every_fault_names_its_row_and_column() {
+        let good = "p5.48xlarge,H100,8.0,192.0,2048.0,98.32,12.1195,us-east-1,use1-az1";
+        let with = |row: &str| format!("{HEADER}\n{good}\n{row}\n");
+        for (row, says) in [
+            (
+                "p5,H100,8.0,192.0,2048.0,abc,,r,z",
+                "row 3, column `Price`: `abc` is not a number",
+            ),
+            (
+                "p5,H100,8.0,192.0,2048.0,-1.5,,r,z",
+                "row 3, column `Price`: `-1.5` is negative",
+            ),
+            (
+                "p5,H100,8.0,192.0,2048.0,0.0,,r,z",
+                "row 3, column `Price`: `0.0` is zero",
+            ),
+            (
+                "p5,H100,8.0,192.0,2048.0,1,1..2,r,z",
+                "row 3, column `SpotPrice`: `1..2` is not a number",
+            ),
+            (
+                "p5,H100,eight,192.0,2048.0,1,,r,z",
+                "row 3, column `AcceleratorCount`: `eight`",
+            ),
+            (
+                "p5,H100,,192.0,2048.0,1,,r,z",
+                "row 3, column `AcceleratorCount`: is empty",
+            ),
+            (
+                "p5,H100,0,192.0,2048.0,1,,r,z",
+                "row 3, column `AcceleratorCount`: `0` is zero",
+            ),
+            (
+                "p5,H100,1e10,192.0,2048.0,1,,r,z",
+                "row 3, column `AcceleratorCount`: `1e10` is too large",
+            ),
+            (
+                "p5,,8,192.0,2048.0,1,,r,z",
+                "row 3, column `AcceleratorName`: is empty although AcceleratorCount is `8`",
+            ),
+            (
+                ",,,192.0,2048.0,1,,r,z",
+                "row 3, column `InstanceType`: is empty and so is AcceleratorName",
+            ),
+            (
+                "p5,H100,8,many,2048.0,1,,r,z",
+                "row 3, column `vCPUs`: `many`",
+            ),
+            (
+                "p5,H100,8,1,-2,1,,r,z",
+                "row 3, column `MemoryGiB`: `-2` is negative",
+            ),
+            ("p5,H100,8,1,2,1,,,z", "row 3, column `Region`: is empty"),
+            (
+                "p5,H100,8,1,2,1",
+                "row 3, column `SpotPrice`: is missing (the row has 6 fields, the header 9)",
+            ),
+            (
+                "p5,H100,8,1,2,1,,r,z,extra",
+                "row 3, column `#10`: is extra",
+            ),
+            (
+                "p5,H100,8,1,2,123456789012345678901234567890,,r,z",
+                "row 3, column `Price`: `123456789012345678901234567890` is too large",
+            ),
+        ] {
+            let err = message(&with(row));
+            assert!(err.starts_with("the offers file offers.csv, "), "{err}");
+            assert!(err.contains(says), "{row}: {err}");
+        }
+        // Header faults are row 1.
+        let no_price = HEADER.replace(",Price,", ",Cost,");
+        let err = message(&format!("{no_price}\n{good}\n"));
+        assert!(
+            err.contains("row 1 (header), column `Price`: is missing"),
+            "{err}"
+        );
+        let twice = format!("{HEADER},Region\n{good},r\n");
+        assert!(
+            message(&twice).contains("row 1 (header), column `Region`: appears more than once")
+        );
+        // Syntax: invalid UTF-8 on row 3.
+        let mut bytes = format!("{HEADER}\n{good}\n").into_bytes();
+        bytes.extend_from_slice(b"p5,H\xff100,8,1,2,1,,r,z\n");
+        let err = OffersFile::from_reader("offers.csv", day(), &bytes[..])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("row 3") && err.contains("UTF-8"), "{err}");
+        // Rows are lines of the file, CRLF or not, with a quoted field over two lines.
+        let quoted =
+            format!("{HEADER}\r\n\"p5\r\nx\",H100,8,1,2,1,,r,z\r\np5,H100,8,1,2,x,,r,z\r\n");
+        assert!(
+            message(&quoted).contains("row 4, column `Price`"),
+            "{}",
+            message(&quoted)
+        );
+        // Empty, header only, too large.
+        assert!(matches!(load(""), Err(OffersError::Empty { .. })));
+        assert!(matches!(
+            load("\u{feff}\r\n"),
+            Err(OffersError::Empty { .. })
+        ));
+        assert!(matches!(
+            load(&format!("{HEADER}\n")),
+            Err(OffersError::NoRows { .. })
+        ));
+        let big = std::io::repeat(b'a').take(MAX_OFFERS_BYTES + 1);
+        assert!(matches!(
+            OffersFile::from_reader("big.csv", day(), big),
+            Err(OffersError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn an_overflowing_total_names_its_row_and_column() {
+        let text = format!("{HEADER}\np,H100,8,1,2,99999999999999999999,,r,z\n");
+        let err = price(&load(&text).unwrap(), &Mapping::embedded(), &[30])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("row 2, column `Price`") && err.contains("720 hours"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn from_path_dates_by_modification_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vms.csv");
+        std::fs::write(&path, FIXTURE).unwrap();
+        let when = SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(20_240 * 86_400 + 60);
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(when)
+            .unwrap();
+        let file = OffersFile::from_path(&path).unwrap();
+        assert_eq!(file.date().date, "2025-06-01");
+        assert_eq!(file.date().source, DATE_SOURCE);
+        let err = OffersFile::from_path(&dir.path().join("absent.csv")).unwrap_err();
+        assert!(
+            err.to_string().starts_with("cannot read the offers file"),
+            "{err}"
+        );
+    }
+}
