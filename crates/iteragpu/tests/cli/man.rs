@@ -125,13 +125,13 @@ fn every_page_is_installed_and_man_renders_them() {
         .arg(&man1)
         .assert()
         .success()
-        .stdout(predicate::str::starts_with("wrote 16 pages in "));
+        .stdout(predicate::str::starts_with("wrote 17 pages in "));
     let mut files: Vec<String> = std::fs::read_dir(&man1)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 16, "{files:?}");
+    assert_eq!(files.len(), 17, "{files:?}");
     assert!(files.contains(&"iteragpu.1".to_string()));
     assert!(files.contains(&"iteragpu-measure.1".to_string()));
     assert_eq!(
