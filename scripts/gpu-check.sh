@@ -26,8 +26,8 @@
 #     cuBLAS (iteragpu's loader searches the loader path first). A torch other than 2.11.0 is
 #     flagged (iteragpu mirrors 2.11) and still compared.
 #  4. `iteragpu environment --json` (the same cuBLAS files as torch's, or a failed step).
-#  5. Cases, each: `measure` (iteragpu), `measure --plan` for the GPU's compute capability, and
-#     bench/pytorch_eager.py with the same options; nvidia-smi's free memory just before each
+#  5. Cases, each: `measure` (iteragpu's native engine), `measure --plan` for the GPU's compute
+#     capability, and `measure --engine torch --python $PYTHON` with the same options; nvidia-smi's free memory just before each
 #     tool starts. float32, float16 and bfloat16 at (batch, context, width) = (1,16,64),
 #     (1,1,64) (batch x context = 1: torch leaves the cuBLASLt path there), (2,128,1024) and
 #     (8,4096,8192) (the first two float32 ones are the original kit's examples), one float32
@@ -89,7 +89,8 @@ mkdir -p "$DIR" || exit 2
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 # The environment variables torch reads that change its counters, its workspaces or its path
-# through addmm (bench/pytorch_eager.py's TORCH_KNOBS): recorded as found, then cleared.
+# through addmm (the torch engine's TORCH_KNOBS, crates/lab-torch/src/engine.py): recorded as
+# found, then cleared.
 TORCH_KNOBS=(PYTORCH_ALLOC_CONF PYTORCH_CUDA_ALLOC_CONF DISABLE_ADDMM_CUDA_LT
     PYTORCH_NO_CUDA_MEMORY_CACHING CUBLAS_WORKSPACE_CONFIG CUBLASLT_WORKSPACE_SIZE
     TORCH_CUBLASLT_UNIFIED_WORKSPACE TORCH_CUBLAS_WORKSPACE_CACHE)
@@ -305,12 +306,11 @@ main() {
         fi
         torch_free=null
         if [ "$torch" = 1 ] && [[ "$notes" != *peer=* ]]; then
-            step "$name: pytorch eager"
+            step "$name: iteragpu measure --engine torch"
             torch_free=$(free_bytes)
             # shellcheck disable=SC2086
-            bounded 120 "$PY" bench/pytorch_eager.py --device "$DEVICE" $opts \
-                --knobs-before "$WORK/torch-knobs.json" --output "$WORK/$name.torch.json" \
-                || fail "pytorch $name (exit $?)"
+            bounded 120 "$BIN" measure --engine torch --python "$PY" --device "$DEVICE" $opts \
+                --output "$WORK/$name.torch.json" || fail "measure --engine torch $name (exit $?)"
         fi
         echo "{\"ours\": $ours_free, \"torch\": $torch_free}" >"$WORK/$name.free.json"
     done

@@ -4,7 +4,7 @@ case by case, whether iteragpu counted what PyTorch counted.
 
 For every case NAME the work folder holds NAME.json (iteragpu measure), NAME.plan.json
 (iteragpu measure --plan --json for the same options and the GPU's compute capability),
-NAME.torch.json (bench/pytorch_eager.py, or the peer case's when the case says `peer=OTHER`) and
+NAME.torch.json (iteragpu measure --engine torch, or the peer case's when the case says `peer=OTHER`) and
 NAME.free.json ({"ours": bytes, "torch": bytes}: the device's free memory, from nvidia-smi, just
 before each tool started). It prints, per case:
 
@@ -18,7 +18,7 @@ before each tool started). It prints, per case:
 - what each case expects of itself (the PTX-JIT case loaded ptx-jit, the TF32 case used TF32).
 
 - the workspaces: the blocks PyTorch's allocator was OBSERVED to hold after its cold pass that
-  are not tensors of the model (bench/pytorch_eager.py: the cuBLAS workspace, then the cuBLASLt
+  are not tensors of the model (the torch engine's `engine.observed_workspaces`: the cuBLAS workspace, then the cuBLASLt
   one on the Lt path) against the blocks iteragpu's `configuration.memory_policy` says it
   allocates; a torch other than the one iteragpu mirrors (2.11.0) is flagged and still compared;
 - the cuBLAS and cuBLASLt files each tool ran with (iteragpu's `environment.details.libraries`,
@@ -133,7 +133,9 @@ def blocks_text(blocks):
 
 def compare_workspaces(pol_ours, torch):
     """iteragpu's memory_policy against the workspaces PyTorch was observed to allocate."""
-    pol_torch = (torch.get("configuration") or {}).get("memory_policy") or {}
+    # The torch engine's document keeps the observation in its `engine` section (older documents
+    # of the former bench/pytorch_eager.py kept it in memory_policy).
+    pol_torch = torch.get("engine") or (torch.get("configuration") or {}).get("memory_policy") or {}
     ours = implied_workspaces(pol_ours)
     observed = pol_torch.get("observed_workspaces")
     if not isinstance(observed, list):
@@ -196,7 +198,7 @@ def compare_libraries(ours, torch):
 
 
 def torch_knobs_as_run(torch):
-    knobs = (((torch.get("environment") or {}).get("details") or {}).get("torch_knobs") or {}).get("as_run")
+    knobs = (torch.get("engine") or {}).get("allocator_knobs")
     if not isinstance(knobs, dict):
         print("   torch knobs: not recorded by the PyTorch document")
         return ["torch knobs not recorded"]
@@ -208,8 +210,7 @@ def torch_knobs_as_run(torch):
 
 
 def torch_version(torch):
-    det = ((torch.get("environment") or {}).get("details") or {})
-    return det.get("torch") or (torch.get("tool") or {}).get("version")
+    return (torch.get("engine") or {}).get("version")
 
 
 def flag_torch_version(pol_ours, torch):

@@ -5,7 +5,7 @@ measurement protocol, written from PyTorch's sources, not from iteragpu's Rust c
 
 Two parts, each from its source:
 
-1. The allocation sequence PyTorch eager makes for the protocol of bench/pytorch_eager.py:
+1. The allocation sequence PyTorch eager makes for the protocol of the torch engine (crates/lab-torch/src/engine.py):
    `nn.Linear` parameters copied with `.to(device, dtype)` in module order (w1, b1, w2, b2; a
    blocking CPU->GPU copy converts on the CPU, so no temporary on the GPU), the inputs, and per
    forward pass: `F.linear` on the contiguous 3-D input = `_flatten_nd_linear` (Linear.cpp) =
@@ -316,7 +316,7 @@ def linear_takes_lt(rows, in_features, out_features, dtype, env):
     return is_input_complies_addmm_cuda_lt(result, bias, mat1, mat2, 1.0, dtype)
 
 
-# ---- The protocol in PyTorch eager (bench/pytorch_eager.py) ----
+# ---- The protocol in PyTorch eager (the torch engine (crates/lab-torch/src/engine.py)) ----
 
 
 def simulate(cfg, ws, env):

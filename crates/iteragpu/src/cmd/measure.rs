@@ -140,6 +140,15 @@ pub struct RunOptions {
         value_parser = parse_unified_workspace
     )]
     pub cublaslt_unified_workspace: Option<UnifiedWorkspace>,
+    /// Who runs the protocol: `native` (iteragpu's own CUDA engine, or the CPU reference device)
+    /// or `torch` (the machine's PyTorch, on CUDA or ROCm: its own counters, clocks and BLAS, with
+    /// the same phases, check and document; for AMD GPUs and for comparing with torch).
+    #[arg(long, default_value = "native", value_parser = ["native", "torch"], value_name = "ENGINE")]
+    pub engine: String,
+    /// With --engine torch: the Python that has PyTorch [default: the first python3 on the PATH
+    /// with a torch package].
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
     /// GPU: how the kernels reach the device: `auto` (the cubin for the GPU, else the PTX),
     /// `cubin` (never the JIT), `ptx` (always the driver's JIT, to check that path).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cubin", "ptx"], value_name = "FORM")]
@@ -180,6 +189,12 @@ impl RunOptions {
         }
         if self.kernel_form != "auto" {
             a.extend(["--kernel-form".to_string(), self.kernel_form.clone()]);
+        }
+        if self.engine != "native" {
+            a.extend(["--engine".to_string(), self.engine.clone()]);
+        }
+        if let Some(p) = &self.python {
+            a.extend(["--python".to_string(), p.display().to_string()]);
         }
         a
     }
@@ -336,6 +351,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Refused before any device work: an existing file is never touched.
     files::check_new(output).map_err(|e| usage(e.to_string()))?;
 
+    if args.run.engine == "torch" {
+        return measure_torch(&args, &plan, output);
+    }
+    if args.run.python.is_some() {
+        return Err(usage(
+            "--python applies to --engine torch; the native engine runs no Python".to_string(),
+        ));
+    }
     let tool = crate::cmd::environment::tool_info();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let init = Instant::now();
@@ -375,9 +398,138 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `measure --engine torch`: the machine's PyTorch runs the protocol (lab_torch's program); the
+/// document it prints is read back, its configuration completed as the native engine's is, and
+/// written here like any other. No GPU for torch, no torch, or no Python: exit 2, nothing
+/// written, never a CPU fallback.
+fn measure_torch(args: &Args, plan: &Plan, output: &Path) -> anyhow::Result<ExitCode> {
+    let run = &args.run;
+    if lab_cuda::parse_ordinal(&args.device).is_none() {
+        return Err(usage(format!(
+            "--device {:?}: the torch engine measures a GPU, cuda:N (on ROCm too, where torch \
+             calls AMD GPUs cuda:N); the CPU reference device is the native engine's \
+             (--device cpu without --engine torch)",
+            args.device
+        )));
+    }
+    if run.kernel_form != "auto" || run.threads.is_some() {
+        return Err(usage(
+            "--kernel-form and --threads apply to the native engine; torch loads its own kernels \
+             and threads"
+                .to_string(),
+        ));
+    }
+    let mut env = Vec::new();
+    let workspaces = run.workspace_options();
+    if let Some(b) = workspaces.cublas_bytes {
+        if b % 1024 != 0 {
+            return Err(usage(format!(
+                "--cublas-workspace {b}: torch's CUBLAS_WORKSPACE_CONFIG counts KiB, so the torch \
+                 engine needs a multiple of 1024 bytes"
+            )));
+        }
+        env.push(("CUBLAS_WORKSPACE_CONFIG".to_string(), format!(":{}:1", b / 1024)));
+    }
+    if let Some(b) = workspaces.cublaslt_bytes {
+        if b % 1024 != 0 {
+            return Err(usage(format!(
+                "--cublaslt-workspace {b}: torch's CUBLASLT_WORKSPACE_SIZE counts KiB, so the \
+                 torch engine needs a multiple of 1024 bytes"
+            )));
+        }
+        env.push(("CUBLASLT_WORKSPACE_SIZE".to_string(), (b / 1024).to_string()));
+    }
+    match run.cublaslt_unified_workspace {
+        Some(UnifiedWorkspace::Unified) => {
+            env.push(("TORCH_CUBLASLT_UNIFIED_WORKSPACE".to_string(), "1".to_string()));
+        }
+        Some(UnifiedWorkspace::Separate) => {
+            env.push(("TORCH_CUBLASLT_UNIFIED_WORKSPACE".to_string(), "0".to_string()));
+        }
+        Some(UnifiedWorkspace::Unset) | None => {}
+    }
+    let o = &plan.options;
+    // The compute capability is torch's to find; the estimate takes the largest default cuBLAS
+    // workspace (compute capability 9.0's 32 MiB), so it never says a run fits that does not.
+    let estimate =
+        preflight::estimate_peak_reserved(plan, &MemoryPolicy::for_gpu(&workspaces, 9, 0));
+    let tool = crate::cmd::environment::tool_info();
+    let mut program = vec![
+        "--device".to_string(),
+        args.device.clone(),
+        "--batch".to_string(),
+        o.batch.to_string(),
+        "--context".to_string(),
+        o.context.to_string(),
+        "--width".to_string(),
+        o.width.to_string(),
+        "--dtype".to_string(),
+        o.dtype.name().to_string(),
+        "--warmup".to_string(),
+        o.warmup.to_string(),
+        "--repeats".to_string(),
+        o.repeats.to_string(),
+        "--seed".to_string(),
+        o.seed.to_string(),
+        "--estimate".to_string(),
+        estimate.to_string(),
+        "--max-memory-fraction".to_string(),
+        args.max_memory_fraction.to_string(),
+        "--tool-version".to_string(),
+        tool.version.clone(),
+    ];
+    if let Some(h) = o.hidden {
+        program.extend(["--hidden".to_string(), h.to_string()]);
+    }
+    if o.allow_tf32 {
+        program.push("--allow-tf32".to_string());
+    }
+    if let Some(m) = args.max_memory {
+        program.extend(["--max-memory".to_string(), m.to_string()]);
+    }
+    if let Some(c) = &tool.commit {
+        program.extend(["--tool-commit".to_string(), c.clone()]);
+    }
+    let path = std::env::var("PATH").ok();
+    let python = lab_torch::find_python(run.python.as_deref(), path.as_deref())
+        .map_err(|e| usage(e.to_string()))?;
+    let finished = lab_torch::run(&python, &program, &env, std::io::stderr().is_terminal())
+        .map_err(|e| match e {
+            lab_torch::TorchError::WouldNotFit(why) => anyhow::anyhow!("{WOULD_NOT_FIT}{why}"),
+            lab_torch::TorchError::Refused(why) => usage(why),
+            lab_torch::TorchError::NoPython { .. } | lab_torch::TorchError::Spawn { .. } => {
+                usage(e.to_string())
+            }
+            other => anyhow::Error::new(other),
+        })?;
+    for note in &finished.notes {
+        output::warn(note);
+    }
+    let mut doc = finished.document;
+    if doc.synthetic_model != plan.synthetic_model() {
+        anyhow::bail!(
+            "the torch engine measured another model than the one asked for (its synthetic_model \
+             section differs); nothing was written"
+        );
+    }
+    // The paths each Linear takes, by torch 2.11's predicate, as in every native document.
+    doc.configuration = plan.configuration(
+        &doc.configuration.math_mode,
+        doc.configuration.memory_policy.clone(),
+    );
+    finish(args, output, &doc)
+}
+
 /// `measure --plan`: the allocation sequence and every phase's counters, no device opened.
 fn print_plan(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
     let o = &plan.options;
+    if args.run.engine == "torch" {
+        return Err(usage(
+            "--plan replays the native engine's allocator model; torch's own is observed when it \
+             runs (measure --engine torch without --plan)"
+                .to_string(),
+        ));
+    }
     let report = if args.device == "cpu" {
         args.run.check_cpu()?;
         if args.compute_capability.is_some() {

@@ -209,12 +209,10 @@ const CUBLASLT: &str =
     "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13";
 const MIB: u64 = 1_048_576;
 
-/// Turns a copy of an iteragpu document into what bench/pytorch_eager.py writes: torch 2.11.0,
+/// Turns a copy of an iteragpu document into what `measure --engine torch` writes: torch 2.11.0,
 /// the cuBLAS files it mapped, the knobs it ran with (none) and the workspace blocks observed
-/// after the cold pass (cuBLAS first, then cuBLASLt), beside the computed policy.
+/// after the cold pass (cuBLAS first, then cuBLASLt), in its `engine` section.
 fn as_pytorch(v: &mut Value, workspaces: &[u64]) {
-    v["tool"] =
-        serde_json::json!({"name": "pytorch-eager", "version": "2.11.0+cu130", "commit": null});
     let details = &mut v["environment"]["details"];
     details["torch"] = "2.11.0+cu130".into();
     details["libraries"] = serde_json::json!({
@@ -229,7 +227,12 @@ fn as_pytorch(v: &mut Value, workspaces: &[u64]) {
         "CUBLASLT_WORKSPACE_SIZE": null, "TORCH_CUBLASLT_UNIFIED_WORKSPACE": null,
         "TORCH_CUBLAS_WORKSPACE_CACHE": null,
     });
-    details["torch_knobs"] = serde_json::json!({"as_run": knobs, "before_clearing": knobs});
+    v["engine"] = serde_json::json!({
+        "name": "torch", "version": "2.11.0+cu130", "build": "CUDA 13.0",
+        "python": "/opt/torch/.venv/bin/python3", "blas_libraries": [CUBLASLT, CUBLAS],
+        "allocator_knobs": knobs, "mirrored_torch": "2.11.0",
+        "counters": "torch.cuda.memory_stats", "computed_policy": null,
+    });
     observe(v, workspaces);
 }
 
@@ -249,9 +252,9 @@ fn observe(v: &mut Value, workspaces: &[u64]) {
     policy["mirrors"] = "torch 2.11.0+cu130".into();
     policy["cublas_workspace_bytes"] = workspaces.first().copied().unwrap_or(0).into();
     policy["cublaslt_workspace_bytes"] = workspaces.get(1).copied().unwrap_or(0).into();
-    policy["cublaslt_workspace_unified"] = Value::Null;
-    policy["observed_workspaces"] = blocks.into();
-    policy["observation_error"] = Value::Null;
+    policy["cublaslt_workspace_unified"] = false.into();
+    v["engine"]["observed_workspaces"] = blocks.into();
+    v["engine"]["observation_error"] = Value::Null;
 }
 
 /// iteragpu's policy as the CUDA device states it on compute capability 9.0.
@@ -512,9 +515,8 @@ fn the_judge_fails_on_an_observed_workspace_that_differs_from_the_policy() {
 
     // Nothing observed (the snapshot could not be read): not the same, and said why.
     edit(&work.path().join("c.torch.json"), |v| {
-        let policy = &mut v["configuration"]["memory_policy"];
-        policy["observed_workspaces"] = Value::Null;
-        policy["observation_error"] = "reading the allocator's snapshot failed: boom".into();
+        v["engine"]["observed_workspaces"] = Value::Null;
+        v["engine"]["observation_error"] = "reading the allocator's snapshot failed: boom".into();
     });
     let unseen = judge(work.path());
     assert_eq!(unseen.status.code(), Some(1), "{}", text(&unseen));
@@ -645,7 +647,7 @@ fn the_judge_flags_another_torch_and_fails_on_a_knob_left_set() {
     assert!(printed.contains("verdict: all 1 case(s) SAME"), "{printed}");
 
     edit(&work.path().join("c.torch.json"), |v| {
-        v["environment"]["details"]["torch_knobs"]["as_run"]["DISABLE_ADDMM_CUDA_LT"] = "1".into();
+        v["engine"]["allocator_knobs"]["DISABLE_ADDMM_CUDA_LT"] = "1".into();
     });
     let knob = judge(work.path());
     assert_eq!(knob.status.code(), Some(1), "{}", text(&knob));
@@ -656,7 +658,7 @@ fn the_judge_flags_another_torch_and_fails_on_a_knob_left_set() {
     );
 }
 
-/// bench/pytorch_eager.py's own rules, without torch: torch's check_env takes only "1" and "0";
+/// The torch engine's own rules, without torch: torch's check_env takes only "1" and "0";
 /// the workspaces are the live blocks that are not the model's tensors, in allocation order.
 #[test]
 fn pytorch_eager_reads_knobs_as_torch_does_and_observes_the_workspaces() {
@@ -687,14 +689,14 @@ torch = types.SimpleNamespace(__version__="2.11.0+cu130",
 blocks, how = pe.observe_workspaces(torch, 0, [T(0x1000)], True)
 assert [(b["role"], b["requested_size"]) for b in blocks] == [("cuBLAS workspace", 32 * MiB), ("cuBLASLt workspace", MiB)], blocks
 assert how.startswith("in allocation order"), how
-policy = pe.observed_policy(torch, blocks, how, None, {"label": "computed"})
+policy = pe.memory_policy(torch.__version__, blocks, how, None)
 assert (policy["cublas_workspace_bytes"], policy["cublaslt_workspace_bytes"]) == (32 * MiB, MiB), policy
 assert policy["workspaces_from"].startswith("observed"), policy
 print("ok")
 "#;
     let out = Command::new("python3")
         .args(["-c", script])
-        .arg(repo().join("bench/pytorch_eager.py"))
+        .arg(repo().join("crates/lab-torch/src/engine.py"))
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));

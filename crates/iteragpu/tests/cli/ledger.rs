@@ -62,6 +62,7 @@ fn measurement(n: u64, complete: bool) -> MeasurementDocument {
         device_init_seconds: 0.0,
         environment: lab_cpu::environment(ToolInfo::new(None)),
         node: None,
+        engine: None,
         configuration: Configuration {
             device: "cpu".into(),
             batch: 1,

@@ -2,6 +2,7 @@
 
 mod completions;
 mod environment;
+mod engine;
 mod errors;
 mod estimate;
 mod files;

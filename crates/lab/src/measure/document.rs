@@ -37,6 +37,10 @@ pub struct MeasurementDocument {
     /// Which node of a multi-node job this is (absent outside a scheduler unless named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeIdentity>,
+    /// The engine that ran the protocol, when it is not iteragpu's own (`measure --engine
+    /// torch`): absent for the native engine, as in every document written before engines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<Engine>,
     /// Every option, resolved.
     pub configuration: Configuration,
     /// What was measured.
@@ -77,6 +81,41 @@ impl MeasurementDocument {
 /// The median (the mean of the middle two for an even count); `None` for no values.
 pub fn median(values: &mut [f64]) -> Option<f64> {
     crate::stats::median(values)
+}
+
+/// Which engine ran the protocol, and what it ran with: for `measure --engine torch`, the
+/// machine's PyTorch, whose own counters, clocks and BLAS libraries the rows then hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Engine {
+    /// `torch`.
+    pub name: String,
+    /// The engine's own version (`torch.__version__`).
+    pub version: String,
+    /// How it was built: `CUDA 13.0`, `ROCm, HIP 6.4.x`.
+    pub build: String,
+    /// The interpreter that ran it.
+    pub python: String,
+    /// The BLAS library files the process had mapped after its first product, in mapping order.
+    pub blas_libraries: Vec<String>,
+    /// Every environment variable that changes the engine's counters, workspaces or path, as the
+    /// process ran with it (`null`: unset).
+    pub allocator_knobs: std::collections::BTreeMap<String, Option<String>>,
+    /// The torch release whose rules iteragpu's native engine mirrors.
+    #[serde(default)]
+    pub mirrored_torch: Option<String>,
+    /// Where the allocator counters come from (`torch.cuda.memory_stats`).
+    #[serde(default)]
+    pub counters: Option<String>,
+    /// The library workspaces observed in the allocator after the cold pass (`null`: not
+    /// observed, see `observation_error`).
+    #[serde(default)]
+    pub observed_workspaces: Option<serde_json::Value>,
+    /// Why the workspaces were not observed.
+    #[serde(default)]
+    pub observation_error: Option<String>,
+    /// What torch's rules give for this GPU, beside the observation, for reading only.
+    #[serde(default)]
+    pub computed_policy: Option<serde_json::Value>,
 }
 
 /// The options of the run.

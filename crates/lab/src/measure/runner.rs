@@ -68,6 +68,7 @@ pub fn run<D: Device>(
         device_init_seconds: info.device_init_seconds,
         environment: device.environment(),
         node: None,
+        engine: None,
         configuration: plan.configuration(
             &device.math_mode(o.dtype, o.allow_tf32),
             device.memory_policy(),
