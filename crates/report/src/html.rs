@@ -124,6 +124,7 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         }
         body.push_str("</div>\n</section>\n");
     }
+    engines_side_by_side(&mut body, &inputs.runs);
     if !inputs.probes.is_empty() {
         body.push_str("<section id=\"probes\">\n<h2>Probes</h2>\n<p class=\"note\">Copy bandwidth and dense GEMM throughput per GPU (the median of repeated timed runs), each against the datasheet figure of the detected model (the black line).</p>\n<div class=\"grid\">\n");
         if inputs.probes.len() > 1 {
@@ -201,6 +202,7 @@ fn run_card(
     };
     let items = [
         ("device", device_name(doc)),
+        ("engine", engine_name(doc)),
         (
             "shape",
             format!(
@@ -270,6 +272,122 @@ fn run_card(
     );
     out.push_str("</article>\n");
     Ok(())
+}
+
+/// Which engine measured a run, in words.
+fn engine_name(doc: &MeasurementDocument) -> String {
+    match &doc.engine {
+        Some(e) => format!("{} {} ({})", e.name, e.version, e.build),
+        None => "native (iteragpu's own)".to_string(),
+    }
+}
+
+/// What makes two runs the same measurement but for the engine.
+fn configuration_key(doc: &MeasurementDocument) -> String {
+    let c = &doc.configuration;
+    format!(
+        "{} {}x{}x{} hidden {} {} warmup {} repeats {} tf32 {} seed {}",
+        c.device,
+        c.batch,
+        c.context,
+        c.width,
+        c.hidden,
+        c.dtype,
+        c.warmup,
+        c.repeats,
+        c.allow_tf32,
+        c.seed
+    )
+}
+
+const ENGINE_COLUMNS: [&str; 9] = [
+    "phase",
+    "native wall ms",
+    "torch wall ms",
+    "native device ms",
+    "torch device ms",
+    "device ratio native/torch",
+    "native peak allocated",
+    "torch peak allocated",
+    "peak allocated",
+];
+
+/// Where one configuration ran on both engines (the native engine and the machine's PyTorch),
+/// their phases side by side: times, the ratio of device times, and the allocator peaks, which
+/// the native engine's model of torch's allocator says must be equal.
+fn engines_side_by_side(out: &mut String, runs: &[Run]) {
+    let mut pairs = Vec::new();
+    for (i, native) in runs.iter().enumerate() {
+        if native.doc.engine.is_some() {
+            continue;
+        }
+        let key = configuration_key(&native.doc);
+        if let Some(torch) = runs.iter().skip(i + 1).chain(runs.iter().take(i)).find(|r| {
+            r.doc.engine.as_ref().is_some_and(|e| e.name == "torch")
+                && configuration_key(&r.doc) == key
+        }) {
+            pairs.push((native, torch));
+        }
+    }
+    if pairs.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<section id=\"engines\">\n<h2>Native and torch engines, side by side</h2>\n<p class=\"note\">\
+         The same configuration measured by iteragpu's native engine and by the machine's PyTorch \
+         (<code>measure --engine torch</code>). The native engine mirrors torch's caching \
+         allocator, so its peaks should equal torch's; a ratio of device times above 1 means the \
+         native engine was slower.</p>\n",
+    );
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |s| format!("{:.3}", s * 1e3));
+    for (native, torch) in pairs {
+        let _ = writeln!(
+            out,
+            "<h3>{} and {}</h3>\n<p class=\"note\">{}; torch: {}</p>",
+            escape(&native.label),
+            escape(&torch.label),
+            escape(&configuration_key(&native.doc)),
+            escape(&engine_name(&torch.doc))
+        );
+        table_head(out, "", &ENGINE_COLUMNS);
+        for row in &native.doc.phases {
+            let other = torch
+                .doc
+                .phases
+                .iter()
+                .find(|r| r.phase == row.phase && r.index == row.index);
+            let (a, b) = (
+                row.memory.peak_allocated_bytes,
+                other.map(|r| r.memory.peak_allocated_bytes),
+            );
+            let ratio = match (row.device_seconds, other.and_then(|r| r.device_seconds)) {
+                (Some(x), Some(y)) if y > 0.0 => format!("{:.2}", x / y),
+                _ => "-".to_string(),
+            };
+            let verdict = match b {
+                Some(b) if b == a => ("", "same".to_string()),
+                Some(b) => ("bad", format!("differs by {} B", a.abs_diff(b))),
+                None => ("bad", "no torch row".to_string()),
+            };
+            table_row(
+                out,
+                &ENGINE_COLUMNS,
+                &[
+                    ("", escape(&format!("{} #{}", row.phase.name(), row.index))),
+                    ("num", ms(Some(row.wall_seconds))),
+                    ("num", ms(other.map(|r| r.wall_seconds))),
+                    ("num", ms(row.device_seconds)),
+                    ("num", ms(other.and_then(|r| r.device_seconds))),
+                    ("num", ratio),
+                    ("num", escape(&bytes(a))),
+                    ("num", b.map_or_else(|| "-".to_string(), |b| escape(&bytes(b)))),
+                    (verdict.0, escape(&verdict.1)),
+                ],
+            );
+        }
+        out.push_str("</table>\n</div>\n");
+    }
+    out.push_str("</section>\n");
 }
 
 /// How a probe's node is named on a fleet chart: the node its document records (its name, else

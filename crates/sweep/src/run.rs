@@ -102,6 +102,7 @@ impl Point {
     pub fn row_without_document(
         &self,
         device: &str,
+        engine: &str,
         dtype: DType,
         status: Status,
         reason: &str,
@@ -124,6 +125,7 @@ impl Point {
             reason: reason.to_string(),
             file: String::new(),
             device: device.to_string(),
+            engine: engine.to_string(),
         }
     }
 }
@@ -179,6 +181,7 @@ pub const RUNNING_REASON: &str = "being measured when this summary was written; 
 pub fn run_points<E>(
     points: &[Point],
     device: &str,
+    engine: &str,
     dtype: DType,
     runner: &mut dyn PointRunner,
     interrupted: impl Fn() -> bool,
@@ -191,6 +194,7 @@ pub fn run_points<E>(
             for rest in &points[i..] {
                 rows.push(rest.row_without_document(
                     device,
+                    engine,
                     dtype,
                     Status::Interrupted,
                     "not run: the sweep was interrupted (Ctrl-C or SIGTERM) before this point",
@@ -200,7 +204,7 @@ pub fn run_points<E>(
             return Ok((rows, Stop::Interrupted));
         }
         let mut running =
-            point.row_without_document(device, dtype, Status::Running, RUNNING_REASON);
+            point.row_without_document(device, engine, dtype, Status::Running, RUNNING_REASON);
         running.file = point.file_name();
         rows.push(running);
         before_each(&rows)?;
@@ -221,11 +225,11 @@ pub fn run_points<E>(
                 (row, stop)
             }
             Outcome::WouldNotFit(reason) => (
-                point.row_without_document(device, dtype, Status::WouldNotFit, &reason),
+                point.row_without_document(device, engine, dtype, Status::WouldNotFit, &reason),
                 Some(Stop::MemoryLimit),
             ),
             Outcome::Failed { reason, unusable } => (
-                point.row_without_document(device, dtype, Status::Failed, &reason),
+                point.row_without_document(device, engine, dtype, Status::Failed, &reason),
                 Some(if unusable {
                     Stop::Unusable
                 } else {
@@ -311,6 +315,7 @@ mod tests {
         let (rows, stop) = run_points::<()>(
             &points(),
             "cpu",
+            "native",
             DType::Float32,
             runner,
             || stop_after.is_some_and(|n| done.get() >= n),

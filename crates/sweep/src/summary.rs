@@ -87,6 +87,10 @@ pub struct Row {
     /// still finds them.
     #[serde(default)]
     pub device: String,
+    /// The engine that measured: `native` (iteragpu's own) or `torch` (the machine's PyTorch).
+    /// Empty in a summary written before the column existed (the native engine's).
+    #[serde(default)]
+    pub engine: String,
 }
 
 impl Row {
@@ -130,6 +134,10 @@ impl Row {
             reason,
             file: file.to_string(),
             device: c.device.clone(),
+            engine: doc
+                .engine
+                .as_ref()
+                .map_or_else(|| "native".to_string(), |e| e.name.clone()),
         }
     }
 }
@@ -173,7 +181,7 @@ pub fn to_csv(rows: &[Row]) -> Result<Vec<u8>, csv::Error> {
 }
 
 /// The columns of `summary.csv`, in order.
-pub const HEADER: [&str; 17] = [
+pub const HEADER: [&str; 18] = [
     "dimension",
     "value",
     "batch",
@@ -191,6 +199,7 @@ pub const HEADER: [&str; 17] = [
     "reason",
     "file",
     "device",
+    "engine",
 ];
 
 /// Replaces `DIR/summary.csv` with `rows` atomically ([`lab_io::files::replace`]): a temporary
@@ -214,8 +223,12 @@ pub fn read_summary(path: &Path) -> Result<Vec<Row>, SummaryError> {
     };
     let mut r = csv::Reader::from_reader(bytes.as_slice());
     let headers = r.headers().map_err(err)?.clone();
-    // A summary written before the `device` column: the same columns without it.
-    if headers.iter().ne(HEADER) && headers.iter().ne(HEADER[..16].iter().copied()) {
+    // A summary written before the `device` or the `engine` column: the same columns without
+    // the last one or two.
+    if headers.iter().ne(HEADER)
+        && headers.iter().ne(HEADER[..17].iter().copied())
+        && headers.iter().ne(HEADER[..16].iter().copied())
+    {
         return Err(SummaryError::Read {
             path: path.to_path_buf(),
             reason: format!("its header is not {}", HEADER.join(",")),
@@ -253,6 +266,7 @@ mod tests {
             },
             file: format!("point-width-{value}.json"),
             device: "cpu".into(),
+            engine: "native".into(),
         }
     }
 

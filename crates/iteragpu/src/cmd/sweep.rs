@@ -103,6 +103,8 @@ fn parse_spec(text: &str) -> Result<Spec, String> {
 struct SweepSummary<'a> {
     schema: &'static str,
     device: &'a str,
+    /// `native` or `torch`.
+    engine: &'a str,
     /// True for `--device cpu`: host arithmetic, not a GPU figure.
     reference_device: bool,
     dimension: &'static str,
@@ -127,6 +129,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--device {:?} is not a device: use cuda:N (for example cuda:0) or cpu",
             args.device
         )));
+    }
+    if args.run.engine == "torch" && args.device == "cpu" {
+        return Err(usage(
+            "--engine torch measures a GPU (cuda:N); the CPU reference device is the native \
+             engine's (--device cpu without --engine torch)"
+                .to_string(),
+        ));
     }
     let one = |s: &Spec| s.values()[0];
     let points = Point::all(
@@ -189,6 +198,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let (rows, stop) = sweep::run_points(
         &points,
         &args.device,
+        &args.run.engine,
         dtype,
         &mut runner,
         || interrupted.load(Ordering::SeqCst),
@@ -247,6 +257,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output::print_json(&SweepSummary {
             schema: "iteragpu.sweep/1",
             device: &args.device,
+            engine: &args.run.engine,
             reference_device: args.device == "cpu",
             dimension: dimension.name(),
             values,
@@ -263,7 +274,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             rows: &rows,
         })?;
     } else {
-        output::print_text(&table(&args.device, dimension, &rows, &note, &summary_path))?;
+        let shown = if args.run.engine == "torch" {
+            format!("{} (engine torch: the machine's PyTorch)", args.device)
+        } else {
+            args.device.clone()
+        };
+        output::print_text(&table(&shown, dimension, &rows, &note, &summary_path))?;
     }
     match stop {
         Stop::Finished => Ok(ExitCode::SUCCESS),

@@ -1006,3 +1006,49 @@ fn every_value_and_every_text_of_11_px_or_more_at_390_and_1400_px() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// One configuration measured by both engines is drawn side by side, phase by phase; the torch
+/// run's document is a copy of a real native one given the torch engine's section (no GPU here),
+/// one peak changed so that the table must tell "same" from a difference.
+#[test]
+fn native_and_torch_runs_of_one_configuration_are_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["measure", "--device", "cpu", "--batch", "1", "--context", "8"])
+        .args(["--width", "32", "--output", "native.json"])
+        .assert()
+        .success();
+    let mut v: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("native.json")).unwrap()).unwrap();
+    v["engine"] = serde_json::json!({
+        "name": "torch", "version": "2.11.0+cu130", "build": "CUDA 13.0",
+        "python": "/usr/bin/python3", "blas_libraries": [], "allocator_knobs": {},
+    });
+    v["phases"][2]["memory"]["peak_allocated_bytes"] = 12345.into();
+    std::fs::write(dir.path().join("torch.json"), v.to_string()).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "native.json", "torch.json", "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    let section = &html[html
+        .find("<section id=\"engines\">")
+        .expect("the side-by-side section")..];
+    let section = &section[..section.find("</section>").unwrap()];
+    assert!(section.contains("native.json and torch.json"), "{section}");
+    assert!(section.contains("torch: torch 2.11.0+cu130 (CUDA 13.0)"));
+    assert_eq!(section.matches("<tr>").count(), 6, "one row per phase");
+    assert_eq!(section.matches(">same</td>").count(), 5, "{section}");
+    assert_eq!(section.matches(">differs by ").count(), 1, "{section}");
+    assert!(html.contains("<dt>engine</dt><dd>native (iteragpu&#39;s own)</dd>"));
+    // A native run alone has no such section.
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "native.json", "--output", "alone.html"])
+        .assert()
+        .success();
+    let alone = std::fs::read_to_string(dir.path().join("alone.html")).unwrap();
+    assert!(!alone.contains("<section id=\"engines\">"));
+}
