@@ -98,4 +98,18 @@ grep -qx -- "--- notebook ran with BINARY=$work/venv/bin/iteragpu" "$work/notebo
     echo "check-release: the notebook did not run the wheel's iteragpu" >&2
     exit 1
 }
+echo "== the notebook without the binary (and without torch): every step says what it skipped"
+mkdir "$work/notebook-alone"
+(
+    cd "$work/notebook-alone"
+    env -u ITERAGPU PATH="/usr/bin:/bin" \
+        "$work/venv/bin/python" "$root/scripts/run-notebook.py" "$root/notebooks/iteragpu-lab.ipynb"
+) | tee "$work/notebook-alone.log"
+for line in "--- notebook ran with BINARY=None" "torch engine program 1 loaded" \
+    "torch engine: skipped, no GPU for torch here (it never falls back to the CPU)"; do
+    grep -qxF -- "$line" "$work/notebook-alone.log" || {
+        echo "check-release: the notebook without the binary did not print: $line" >&2
+        exit 1
+    }
+done
 echo "== release checks passed"

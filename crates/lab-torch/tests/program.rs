@@ -188,3 +188,32 @@ fn refusals_write_nothing_and_name_the_value() {
     assert_eq!(v["complete"], true);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
 }
+
+/// The notebook carries the program, generated from this crate's copy
+/// (`scripts/sync-notebook-engine.py`), so that it measures through PyTorch without the binary.
+#[test]
+fn the_notebook_carries_the_engine_program() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../notebooks/iteragpu-lab.ipynb");
+    let nb: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    let cells: Vec<&Value> = nb["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["id"] == "engine-program")
+        .collect();
+    assert_eq!(cells.len(), 1, "one engine-program cell");
+    let source: String = cells[0]["source"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    let start = source.find("ENGINE_PROGRAM = r'''").expect("the program's string") + 21;
+    let end = source[start..].find("'''").expect("its end") + start;
+    assert!(
+        &source[start..end] == lab_torch::PROGRAM,
+        "the notebook's engine-program cell is not crates/lab-torch/src/engine.py: run \
+         scripts/sync-notebook-engine.py"
+    );
+    assert!(source[end..].contains("exec(compile(ENGINE_PROGRAM"));
+}
