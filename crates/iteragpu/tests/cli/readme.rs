@@ -219,6 +219,8 @@ impl Normaliser {
             // ... and the probe's device line (`cpu (AMD EPYC)  |  no datasheet row`).
             (r(r"^(cpu \().*?(\)\s+\|)"), "$1[CPU]$2"),
             (r(r"(device ).*?( \(cpu-reference)"), "$1[CPU]$2"),
+            // The interpreter the torch engine ran, as Python names itself (an absolute path).
+            (r(r"in \S*python\S* sees no GPU"), "in [PYTHON] sees no GPU"),
         ];
         // A kit built without the aarch64 binary (see [`release_binaries`]) has one member less.
         if skip_aarch64() {
@@ -343,9 +345,25 @@ fn check_document(document: &Path, dir: &Path, path: &str) {
     let skip_gpu = gpu_usable();
     let all = examples(&text);
     assert!(!all.is_empty(), "{name} has no console example");
+    // The torch engine's example needs the torch of `.cache/torch/venv` (which .ci/run installs):
+    // without it, skipped with a line, except under CI.
+    let torch = dir.join(TORCH_VENV).join("bin/python").is_file();
+    if !torch {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run the torch engine's README example: .ci/run installs {TORCH_VENV}"
+        );
+    }
     let chosen: Vec<Example> = all
         .into_iter()
         .filter(|e| !(skip_gpu && e.command.contains("cuda:")))
+        .filter(|e| {
+            let runs = torch || !e.command.contains(TORCH_VENV);
+            if !runs {
+                eprintln!("{name}: `{}` skipped: no {TORCH_VENV} here", e.command);
+            }
+            runs
+        })
         .collect();
     let ran = run(&chosen, dir, path);
     let norm = Normaliser::new();
@@ -425,10 +443,18 @@ fn copy_tree(from: &Path, to: &Path) {
 
 /// The README's examples run as from a checkout's root: in a new folder holding a copy of the
 /// checkout's `data/` (the example model configurations), where every file they write lands.
+/// Where the README's torch engine example finds its torch, relative to the checkout.
+const TORCH_VENV: &str = ".cache/torch/venv";
+
 #[test]
 fn readme_console_examples_print_what_they_show() {
     let dir = tempfile::tempdir().unwrap();
     copy_tree(&repo().join("data"), &dir.path().join("data"));
+    let venv = repo().join(TORCH_VENV);
+    if venv.join("bin/python").is_file() {
+        std::fs::create_dir_all(dir.path().join(".cache/torch")).unwrap();
+        std::os::unix::fs::symlink(&venv, dir.path().join(TORCH_VENV)).unwrap();
+    }
     let bin = Path::new(env!("CARGO_BIN_EXE_iteragpu")).parent().unwrap();
     check_document(&repo().join("README.md"), dir.path(), &path_with(bin));
 }
