@@ -64,8 +64,20 @@ fn phases_fields_and_check_on_a_cpu_torch() {
         let doc = document(
             &python,
             &[
-                "--batch", "2", "--context", "5", "--width", "24", "--dtype", dtype, "--warmup",
-                "2", "--repeats", "3", "--seed", "7",
+                "--batch",
+                "2",
+                "--context",
+                "5",
+                "--width",
+                "24",
+                "--dtype",
+                dtype,
+                "--warmup",
+                "2",
+                "--repeats",
+                "3",
+                "--seed",
+                "7",
             ],
         );
         let phases: Vec<(String, u64)> = doc["phases"]
@@ -94,7 +106,10 @@ fn phases_fields_and_check_on_a_cpu_torch() {
         assert_eq!(phases, want, "{dtype}");
         for row in doc["phases"].as_array().unwrap() {
             assert!(row["wall_seconds"].as_f64().unwrap() > 0.0);
-            assert!(row["device_seconds"].is_null(), "no device clock on the CPU");
+            assert!(
+                row["device_seconds"].is_null(),
+                "no device clock on the CPU"
+            );
             for c in COUNTERS {
                 assert!(row["memory"][c].is_null(), "{c} is unavailable on the CPU");
             }
@@ -115,7 +130,10 @@ fn phases_fields_and_check_on_a_cpu_torch() {
         assert_eq!(check["rows"], serde_json::json!([0, 1, 2, 3, 5, 6, 7, 9]));
         let bound = if dtype == "float32" { 1e-5 } else { 1e-2 };
         assert_eq!(check["bound"].as_f64(), Some(bound));
-        assert!(check["relative_error"].as_f64().unwrap() <= bound, "{check}");
+        assert!(
+            check["relative_error"].as_f64().unwrap() <= bound,
+            "{check}"
+        );
         assert_eq!(check["passed"], true);
         assert_eq!(doc["complete"], true);
         let m = &doc["synthetic_model"];
@@ -168,12 +186,18 @@ fn refusals_write_nothing_and_name_the_value() {
     let r = program(&python, &["--device", "cpu", "--output", path]);
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("--device 'cpu'"));
-    let r = program(&python, &["--device", "cuda:0", "--batch", "0", "--output", path]);
+    let r = program(
+        &python,
+        &["--device", "cuda:0", "--batch", "0", "--output", path],
+    );
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("--batch 0: must be at least 1"));
     assert!(!out.exists());
     std::fs::write(&out, "kept").unwrap();
-    let r = program(&python, &["--device", "cuda:0", "--test-only-cpu", "--output", path]);
+    let r = program(
+        &python,
+        &["--device", "cuda:0", "--test-only-cpu", "--output", path],
+    );
     assert_eq!(r.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&r.stderr).contains("already exists"));
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "kept");
@@ -181,9 +205,20 @@ fn refusals_write_nothing_and_name_the_value() {
     let file = dir.path().join("cpu.json");
     let r = program(
         &python,
-        &["--device", "cuda:0", "--test-only-cpu", "--output", file.to_str().unwrap()],
+        &[
+            "--device",
+            "cuda:0",
+            "--test-only-cpu",
+            "--output",
+            file.to_str().unwrap(),
+        ],
     );
-    assert_eq!(r.status.code(), Some(0), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(
+        r.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
     let v: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
     assert_eq!(v["complete"], true);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
@@ -208,7 +243,10 @@ fn the_notebook_carries_the_engine_program() {
         .iter()
         .map(|l| l.as_str().unwrap())
         .collect();
-    let start = source.find("ENGINE_PROGRAM = r'''").expect("the program's string") + 21;
+    let start = source
+        .find("ENGINE_PROGRAM = r'''")
+        .expect("the program's string")
+        + 21;
     let end = source[start..].find("'''").expect("its end") + start;
     assert!(
         &source[start..end] == lab_torch::PROGRAM,

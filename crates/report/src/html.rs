@@ -322,10 +322,15 @@ fn engines_side_by_side(out: &mut String, runs: &[Run]) {
             continue;
         }
         let key = configuration_key(&native.doc);
-        if let Some(torch) = runs.iter().skip(i + 1).chain(runs.iter().take(i)).find(|r| {
-            r.doc.engine.as_ref().is_some_and(|e| e.name == "torch")
-                && configuration_key(&r.doc) == key
-        }) {
+        if let Some(torch) = runs
+            .iter()
+            .skip(i + 1)
+            .chain(runs.iter().take(i))
+            .find(|r| {
+                r.doc.engine.as_ref().is_some_and(|e| e.name == "torch")
+                    && configuration_key(&r.doc) == key
+            })
+        {
             pairs.push((native, torch));
         }
     }
@@ -380,7 +385,10 @@ fn engines_side_by_side(out: &mut String, runs: &[Run]) {
                     ("num", ms(other.and_then(|r| r.device_seconds))),
                     ("num", ratio),
                     ("num", escape(&bytes(a))),
-                    ("num", b.map_or_else(|| "-".to_string(), |b| escape(&bytes(b)))),
+                    (
+                        "num",
+                        b.map_or_else(|| "-".to_string(), |b| escape(&bytes(b))),
+                    ),
                     (verdict.0, escape(&verdict.1)),
                 ],
             );

@@ -172,6 +172,15 @@ pub enum Stop {
 pub const RUNNING_REASON: &str = "being measured when this summary was written; if the sweep has \
      ended, it was killed before it could read this point's document";
 
+/// The device and the engine every point of a sweep runs on, as the rows name them.
+#[derive(Debug, Clone, Copy)]
+pub struct RunsOn<'a> {
+    /// `cpu` or `cuda:N`.
+    pub device: &'a str,
+    /// `native` or `torch`.
+    pub engine: &'a str,
+}
+
 /// Runs the points in order and stops at the first one that is not `ok`: later points are not
 /// run (a larger point would not fit either). When `interrupted()` turns true the point in
 /// progress finishes and every remaining point gets an `interrupted` row. `before_each` sees the
@@ -180,8 +189,7 @@ pub const RUNNING_REASON: &str = "being measured when this summary was written; 
 /// `after_each` sees the rows so far after every point. Either may end the sweep with an error.
 pub fn run_points<E>(
     points: &[Point],
-    device: &str,
-    engine: &str,
+    runs_on: RunsOn<'_>,
     dtype: DType,
     runner: &mut dyn PointRunner,
     interrupted: impl Fn() -> bool,
@@ -193,8 +201,8 @@ pub fn run_points<E>(
         if interrupted() {
             for rest in &points[i..] {
                 rows.push(rest.row_without_document(
-                    device,
-                    engine,
+                    runs_on.device,
+                    runs_on.engine,
                     dtype,
                     Status::Interrupted,
                     "not run: the sweep was interrupted (Ctrl-C or SIGTERM) before this point",
@@ -203,8 +211,13 @@ pub fn run_points<E>(
             after_each(i, &rows)?;
             return Ok((rows, Stop::Interrupted));
         }
-        let mut running =
-            point.row_without_document(device, engine, dtype, Status::Running, RUNNING_REASON);
+        let mut running = point.row_without_document(
+            runs_on.device,
+            runs_on.engine,
+            dtype,
+            Status::Running,
+            RUNNING_REASON,
+        );
         running.file = point.file_name();
         rows.push(running);
         before_each(&rows)?;
@@ -225,11 +238,23 @@ pub fn run_points<E>(
                 (row, stop)
             }
             Outcome::WouldNotFit(reason) => (
-                point.row_without_document(device, engine, dtype, Status::WouldNotFit, &reason),
+                point.row_without_document(
+                    runs_on.device,
+                    runs_on.engine,
+                    dtype,
+                    Status::WouldNotFit,
+                    &reason,
+                ),
                 Some(Stop::MemoryLimit),
             ),
             Outcome::Failed { reason, unusable } => (
-                point.row_without_document(device, engine, dtype, Status::Failed, &reason),
+                point.row_without_document(
+                    runs_on.device,
+                    runs_on.engine,
+                    dtype,
+                    Status::Failed,
+                    &reason,
+                ),
                 Some(if unusable {
                     Stop::Unusable
                 } else {
@@ -314,8 +339,10 @@ mod tests {
         let mut seen = Vec::new();
         let (rows, stop) = run_points::<()>(
             &points(),
-            "cpu",
-            "native",
+            RunsOn {
+                device: "cpu",
+                engine: "native",
+            },
             DType::Float32,
             runner,
             || stop_after.is_some_and(|n| done.get() >= n),

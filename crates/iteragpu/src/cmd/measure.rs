@@ -428,7 +428,10 @@ fn measure_torch(args: &Args, plan: &Plan, output: &Path) -> anyhow::Result<Exit
                  engine needs a multiple of 1024 bytes"
             )));
         }
-        env.push(("CUBLAS_WORKSPACE_CONFIG".to_string(), format!(":{}:1", b / 1024)));
+        env.push((
+            "CUBLAS_WORKSPACE_CONFIG".to_string(),
+            format!(":{}:1", b / 1024),
+        ));
     }
     if let Some(b) = workspaces.cublaslt_bytes {
         if b % 1024 != 0 {
@@ -437,14 +440,23 @@ fn measure_torch(args: &Args, plan: &Plan, output: &Path) -> anyhow::Result<Exit
                  torch engine needs a multiple of 1024 bytes"
             )));
         }
-        env.push(("CUBLASLT_WORKSPACE_SIZE".to_string(), (b / 1024).to_string()));
+        env.push((
+            "CUBLASLT_WORKSPACE_SIZE".to_string(),
+            (b / 1024).to_string(),
+        ));
     }
     match run.cublaslt_unified_workspace {
         Some(UnifiedWorkspace::Unified) => {
-            env.push(("TORCH_CUBLASLT_UNIFIED_WORKSPACE".to_string(), "1".to_string()));
+            env.push((
+                "TORCH_CUBLASLT_UNIFIED_WORKSPACE".to_string(),
+                "1".to_string(),
+            ));
         }
         Some(UnifiedWorkspace::Separate) => {
-            env.push(("TORCH_CUBLASLT_UNIFIED_WORKSPACE".to_string(), "0".to_string()));
+            env.push((
+                "TORCH_CUBLASLT_UNIFIED_WORKSPACE".to_string(),
+                "0".to_string(),
+            ));
         }
         Some(UnifiedWorkspace::Unset) | None => {}
     }

@@ -197,8 +197,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let total = points.len();
     let (rows, stop) = sweep::run_points(
         &points,
-        &args.device,
-        &args.run.engine,
+        sweep::run::RunsOn {
+            device: &args.device,
+            engine: &args.run.engine,
+        },
         dtype,
         &mut runner,
         || interrupted.load(Ordering::SeqCst),

@@ -49,11 +49,17 @@ fn a_torch_that_sees_no_gpu_is_refused_and_nothing_is_written() {
     assert!(!dir.path().join("run.json").exists());
     // Found on the PATH too (the venv's python3 first), and said as JSON under --json.
     let bin = python.parent().unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     let out = iteragpu()
         .current_dir(dir.path())
         .env("PATH", path)
-        .args(["measure", "--engine", "torch", "--device", "cuda:0", "--json"])
+        .args([
+            "measure", "--engine", "torch", "--device", "cuda:0", "--json",
+        ])
         .args(["--output", "run.json"])
         .assert()
         .code(2)
@@ -81,7 +87,9 @@ fn a_python_without_torch_is_refused() {
     iteragpu()
         .current_dir(dir.path())
         .env("PATH", empty.path())
-        .args(["measure", "--engine", "torch", "--device", "cuda:0", "--output", "run.json"])
+        .args([
+            "measure", "--engine", "torch", "--device", "cuda:0", "--output", "run.json",
+        ])
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
@@ -101,7 +109,10 @@ fn the_native_engines_options_are_refused_with_torch() {
     for (extra, says) in [
         (&["--kernel-form", "ptx"][..], "apply to the native engine"),
         (&["--threads", "2"][..], "apply to the native engine"),
-        (&["--cublas-workspace", "1000"][..], "multiple of 1024 bytes"),
+        (
+            &["--cublas-workspace", "1000"][..],
+            "multiple of 1024 bytes",
+        ),
     ] {
         torch_measure(dir.path(), extra)
             .code(2)
@@ -109,21 +120,31 @@ fn the_native_engines_options_are_refused_with_torch() {
     }
     iteragpu()
         .current_dir(dir.path())
-        .args(["measure", "--engine", "torch", "--device", "cpu", "--output", "run.json"])
+        .args([
+            "measure", "--engine", "torch", "--device", "cpu", "--output", "run.json",
+        ])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("the torch engine measures a GPU, cuda:N"));
+        .stderr(predicate::str::contains(
+            "the torch engine measures a GPU, cuda:N",
+        ));
     iteragpu()
         .args(["measure", "--engine", "torch", "--plan", "--device", "cuda"])
         .args(["--compute-capability", "9.0"])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("--plan replays the native engine's"));
+        .stderr(predicate::str::contains(
+            "--plan replays the native engine's",
+        ));
     iteragpu()
         .current_dir(dir.path())
-        .args(["measure", "--device", "cpu", "--python", "python3", "--output", "run.json"])
+        .args([
+            "measure", "--device", "cpu", "--python", "python3", "--output", "run.json",
+        ])
         .assert()
         .code(2)
-        .stderr(predicate::str::contains("--python applies to --engine torch"));
+        .stderr(predicate::str::contains(
+            "--python applies to --engine torch",
+        ));
     assert!(!dir.path().join("run.json").exists());
 }

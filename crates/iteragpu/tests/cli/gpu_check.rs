@@ -635,7 +635,7 @@ fn the_judge_fails_on_two_different_cublas_files_and_names_both() {
 fn the_judge_flags_another_torch_and_fails_on_a_knob_left_set() {
     let work = case_folder();
     edit(&work.path().join("c.torch.json"), |v| {
-        v["environment"]["details"]["torch"] = "2.12.0+cu130".into();
+        v["engine"]["version"] = "2.12.0+cu130".into();
     });
     let newer = judge(work.path());
     let printed = text(&newer);

@@ -1,8 +1,8 @@
 //! End-to-end tests of the `iteragpu` binary: one module per command.
 
 mod completions;
-mod environment;
 mod engine;
+mod environment;
 mod errors;
 mod estimate;
 mod files;

@@ -1015,7 +1015,15 @@ fn native_and_torch_runs_of_one_configuration_are_side_by_side() {
     let dir = tempfile::tempdir().unwrap();
     iteragpu()
         .current_dir(dir.path())
-        .args(["measure", "--device", "cpu", "--batch", "1", "--context", "8"])
+        .args([
+            "measure",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "8",
+        ])
         .args(["--width", "32", "--output", "native.json"])
         .assert()
         .success();
