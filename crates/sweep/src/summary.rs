@@ -284,13 +284,13 @@ mod tests {
         assert_eq!(
             lines.next(),
             Some(
-                "width,64,2,128,64,256,float32,1048576,2097152,0.25,,1500000000.0,true,ok,,point-width-64.json,cpu"
+                "width,64,2,128,64,256,float32,1048576,2097152,0.25,,1500000000.0,true,ok,,point-width-64.json,cpu,native"
             )
         );
         assert_eq!(
             lines.next(),
             Some(
-                "width,128,2,128,128,512,float32,,,,,,,would_not_fit,\"needs 3 bytes, \"\"quoted\"\", and more\",point-width-128.json,cpu"
+                "width,128,2,128,128,512,float32,,,,,,,would_not_fit,\"needs 3 bytes, \"\"quoted\"\", and more\",point-width-128.json,cpu,native"
             )
         );
         assert_eq!(read_summary(&dir.path().join(SUMMARY_FILE)).unwrap(), rows);
@@ -307,18 +307,26 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_from_before_the_device_column_is_still_read() {
+    fn a_summary_from_before_the_device_or_engine_column_is_still_read() {
         let dir = tempfile::tempdir().unwrap();
         let _ = write_summary(dir.path(), &[row(64, Status::Ok)]).unwrap();
         let p = dir.path().join(SUMMARY_FILE);
         let text = std::fs::read_to_string(&p).unwrap();
-        let earlier: String = text
-            .lines()
-            .map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0))
-            .collect();
-        std::fs::write(&p, earlier).unwrap();
+        let drop_last = |text: &str| -> String {
+            text.lines()
+                .map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0))
+                .collect()
+        };
+        let without_engine = drop_last(&text);
+        std::fs::write(&p, &without_engine).unwrap();
         let rows = read_summary(&p).unwrap();
-        assert_eq!(rows[0].device, "");
+        assert_eq!(
+            (rows[0].device.as_str(), rows[0].engine.as_str()),
+            ("cpu", "")
+        );
+        std::fs::write(&p, drop_last(&without_engine)).unwrap();
+        let rows = read_summary(&p).unwrap();
+        assert_eq!((rows[0].device.as_str(), rows[0].engine.as_str()), ("", ""));
         assert_eq!(rows[0].value, 64);
     }
 
