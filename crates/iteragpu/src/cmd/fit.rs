@@ -48,7 +48,8 @@ batch (at --context) that fit, solved from the bytes and capped by max_position_
 decode and prefill ceilings from the datasheet or a --probe document: roofline bounds, never
 predictions. Packages that fit come first, cheapest first; the text shows the first 10 rows
 (--all shows every row). Prices marked EXAMPLE are not quotes; ROCm marks an AMD GPU, which
-iteragpu's native engine (CUDA only) cannot measure.";
+iteragpu's native engine (CUDA only) cannot measure: measure --engine torch can, through PyTorch
+for ROCm.";
 
 /// The rows the text shows without --limit or --all.
 const DEFAULT_TEXT_ROWS: usize = 10;
@@ -1029,8 +1030,8 @@ fn render(d: &Document, all: &[FitOption]) -> String {
     if shown.iter().any(|o| o.native_engine == Some(false)) {
         let _ = writeln!(
             s,
-            "ROCm = an AMD GPU: iteragpu's native engine is CUDA only, so probe and measure \
-             cannot measure it; its ceilings are the datasheet's."
+            "ROCm = an AMD GPU: iteragpu's native engine is CUDA only; measure --engine torch \
+             measures it through PyTorch for ROCm; its ceilings are the datasheet's."
         );
     }
     if shown.iter().any(|o| o.example) {

@@ -43,7 +43,8 @@ fn summary(dir: &Path) -> Vec<csv::StringRecord> {
             "status",
             "reason",
             "file",
-            "device"
+            "device",
+            "engine"
         ]
     );
     r.records().map(Result::unwrap).collect()
@@ -501,6 +502,7 @@ fn a_cpu_sweep_names_the_cpu_reference_device() {
     assert_eq!(rows.len(), 2);
     for row in &rows {
         assert_eq!(&row[16], "cpu", "{row:?}");
+        assert_eq!(&row[17], "native", "{row:?}");
     }
     let dir = tempfile::tempdir().unwrap();
     let out = sweep(dir.path(), "16,32", &["--json"])
@@ -510,6 +512,7 @@ fn a_cpu_sweep_names_the_cpu_reference_device() {
         .clone();
     let doc: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(doc["device"], "cpu");
+    assert_eq!(doc["engine"], "native");
     assert_eq!(doc["reference_device"], true);
     assert_eq!(doc["rows"][0]["device"], "cpu");
 }
