@@ -163,7 +163,12 @@ cp "$from/$member" "$new_bin"
 chmod 755 "$new_bin"
 # The copy is what gets installed: check it too, in case the source changed while it was copied.
 [ "$(sha256 "$new_bin")" = "$expected" ] || die "the copy of $member does not match SHA256SUMS: the file changed while it was copied; nothing was installed"
-version=$("$new_bin" --version 2>&1) || die "$member does not start on this machine: $version; nothing was installed"
+if ! version=$("$new_bin" --version 2>&1); then
+    # A build made on a newer system than this one: the loader names the glibc versions it lacks.
+    needed=$(printf '%s\n' "$version" | grep -o 'GLIBC_[0-9][0-9.]*' | sort -V | tail -1 || true)
+    [ -z "$needed" ] || die "$member needs $needed, newer than this machine's glibc $glibc: it was built on a newer system; use a kit with the portable binaries of scripts/release.sh (glibc 2.28 or newer); nothing was installed"
+    die "$member does not start on this machine ($(printf '%s\n' "$version" | head -1)); nothing was installed"
+fi
 "$new_bin" completions bash >"$new_bash" || die "iteragpu completions bash failed; nothing was installed"
 "$new_bin" completions zsh >"$new_zsh" || die "iteragpu completions zsh failed; nothing was installed"
 "$new_bin" man --output-dir "$new_man" >/dev/null || die "iteragpu man --output-dir failed; nothing was installed"

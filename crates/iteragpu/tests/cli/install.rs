@@ -162,7 +162,7 @@ fn installs_from_an_unpacked_kit_into_the_home() {
     );
     let page = std::fs::read_to_string(man1.join("iteragpu-measure.1")).unwrap();
     assert!(
-        page.starts_with(".TH iteragpu-measure 1"),
+        page.contains("\n.TH iteragpu-measure 1 "),
         "{}",
         &page[..80]
     );
@@ -248,12 +248,11 @@ fn a_tampered_binary_is_refused_and_nothing_is_installed() {
     assert!(!prefix.exists(), "{:?}", files(&prefix));
 }
 
-/// A checkout after scripts/release.sh: the script finds dist/<target>/iteragpu and
-/// dist/SHA256SUMS by itself and installs under --prefix.
-#[test]
-fn installs_from_a_checkouts_dist_under_a_prefix() {
-    let dir = tempfile::tempdir().unwrap();
-    let checkout = dir.path().join("checkout");
+/// A checkout after scripts/release.sh, holding `bytes` as dist/<target>/iteragpu with its
+/// dist/SHA256SUMS and a copy of install.sh under scripts/.
+fn checkout_with_dist(dir: &Path, bytes: &[u8]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let checkout = dir.join("checkout");
     let bin = checkout.join("dist").join(target());
     std::fs::create_dir_all(&bin).unwrap();
     std::fs::create_dir_all(checkout.join("scripts")).unwrap();
@@ -262,11 +261,8 @@ fn installs_from_a_checkouts_dist_under_a_prefix() {
         checkout.join("scripts/install.sh"),
     )
     .unwrap();
-    std::fs::copy(
-        assert_cmd::cargo::cargo_bin("iteragpu"),
-        bin.join("iteragpu"),
-    )
-    .unwrap();
+    std::fs::write(bin.join("iteragpu"), bytes).unwrap();
+    std::fs::set_permissions(bin.join("iteragpu"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let sums = Process::new("sh")
         .arg("-c")
         .arg(format!("sha256sum -- {}/iteragpu > SHA256SUMS", target()))
@@ -274,6 +270,16 @@ fn installs_from_a_checkouts_dist_under_a_prefix() {
         .status()
         .unwrap();
     assert!(sums.success());
+    checkout
+}
+
+/// A checkout after scripts/release.sh: the script finds dist/<target>/iteragpu and
+/// dist/SHA256SUMS by itself and installs under --prefix.
+#[test]
+fn installs_from_a_checkouts_dist_under_a_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::fs::read(assert_cmd::cargo::cargo_bin("iteragpu")).unwrap();
+    let checkout = checkout_with_dist(dir.path(), &exe);
     let prefix = dir.path().join("opt");
     let done = install(
         &checkout.join("scripts/install.sh"),
@@ -308,6 +314,38 @@ fn installs_from_a_checkouts_dist_under_a_prefix() {
             .is_file()
     );
     assert!(prefix.join("share/zsh/site-functions/_iteragpu").is_file());
+}
+
+/// A binary built on a newer system than this one does not start (the loader lacks a GLIBC_
+/// version): refused in one sentence that names the version, and nothing is installed.
+#[test]
+fn a_binary_for_a_newer_glibc_is_refused_and_nothing_is_installed() {
+    let dir = tempfile::tempdir().unwrap();
+    // What the dynamic loader prints for such a binary, as Debian 11's did for a Debian 12 build.
+    let too_new = "#!/bin/sh\n\
+        echo \"$0: /lib/x86_64-linux-gnu/libm.so.6: version \\`GLIBC_2.35' not found (required by $0)\" >&2\n\
+        echo \"$0: /lib/x86_64-linux-gnu/libc.so.6: version \\`GLIBC_2.34' not found (required by $0)\" >&2\n\
+        exit 1\n";
+    let checkout = checkout_with_dist(dir.path(), too_new.as_bytes());
+    let prefix = dir.path().join("opt");
+    let done = install(
+        &checkout.join("scripts/install.sh"),
+        &["--prefix", prefix.to_str().unwrap()],
+        &dir.path().join("home"),
+        &system_path(None),
+    );
+    let err = text(&done.stderr);
+    assert_eq!(done.status.code(), Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "install.sh: error: {}/iteragpu needs GLIBC_2.35, newer than this machine's glibc ",
+            target()
+        )),
+        "{err}"
+    );
+    assert!(err.trim_end().ends_with("nothing was installed"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(files(&prefix), Vec::<String>::new());
 }
 
 /// Writes an executable stand-in for `name` into `dir`.
