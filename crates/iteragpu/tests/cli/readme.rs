@@ -596,9 +596,27 @@ mod harness {
         assert_eq!(
             hashes,
             strings(&[
-                "  1082  [HEX]  LICENSE",
+                "1082  [HEX]  LICENSE",
                 "iteragpu 0.1.0 ([COMMIT])",
                 "recorded run [ID] in"
+            ])
+        );
+        // The kit's binary (and so the manifest and the totals) change size with the code.
+        assert_eq!(
+            n.normalise(
+                "iteragpu kit --output k.zip",
+                &strings(&[
+                    "iteragpu-lab-v1/: 11 members, 13354921 bytes",
+                    "  13285280  6a91d60cc8b8e3a7  bin/x86_64-unknown-linux-gnu/iteragpu",
+                    "      2336  -                 MANIFEST.json  (its own size only)",
+                    "       222  2631505e0974e510  data/resultats-bruts.csv",
+                ])
+            ),
+            strings(&[
+                "iteragpu-lab-v1/: 11 members, [N] bytes",
+                "[N]  [HEX]  bin/x86_64-unknown-linux-gnu/iteragpu",
+                "[N]  -                 MANIFEST.json  (its own size only)",
+                "222  [HEX]  data/resultats-bruts.csv",
             ])
         );
         // A plain number is not a hash, even when long.
