@@ -364,7 +364,9 @@ fn other_machines_old_glibc_musl_and_bad_arguments_are_refused() {
     let top = unpacked_kit(dir.path());
     let script = top.join("scripts/install.sh");
     let home = dir.path().join("home");
-    let cases: [(&str, &[(&str, &str)], i32, &str); 4] = [
+    // (case, stand-ins as (program, script), exit code, the error's start)
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], i32, &'a str);
+    let cases: [Case<'_>; 4] = [
         (
             "riscv",
             &[("uname", r#"[ "$1" = -m ] && echo riscv64 || echo Linux"#)],
