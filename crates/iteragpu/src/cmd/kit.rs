@@ -44,8 +44,9 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub binary: Vec<PathBuf>,
 
-    /// Ship the portable binaries of scripts/release.sh from this folder (DIR/<target>/iteragpu,
-    /// every target found); without any binary option, dist/ is used when it holds them.
+    /// Ship the portable binaries of scripts/release.sh from this folder
+    /// (`DIR/<target>/iteragpu`, every target found); without any binary option, `dist/` is used
+    /// when it holds them.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["with_binary", "binary"])]
     pub release_dir: Option<PathBuf>,
 
