@@ -2,7 +2,7 @@
 # Installs iteragpu for this user, no root needed, from an unpacked kit (bin/<target>/iteragpu and
 # SHA256SUMS; this script is the kit's scripts/install.sh) or from a checkout after
 # scripts/release.sh (dist/<target>/iteragpu and dist/SHA256SUMS). `sh scripts/install.sh --help`
-# says what it does. POSIX sh: it runs under dash, bash, busybox sh.
+# says what it does. POSIX sh: Debian's sh (dash) runs it, and bash.
 set -eu
 
 usage() {
