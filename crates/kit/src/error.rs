@@ -28,7 +28,8 @@ pub enum KitError {
     /// A binary still holds an absolute path of the machine that built it.
     #[error(
         "{name} holds the path {path} of the machine that built it; ship a binary built by \
-         scripts/release.sh, which removes such paths with --remap-path-prefix"
+         scripts/release.sh or by cargo in this checkout, whose .cargo/config.toml removes such \
+         paths with --remap-path-prefix"
     )]
     BuilderPath {
         /// The file as the user named it.

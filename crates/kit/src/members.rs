@@ -44,6 +44,7 @@ pub const MEMBERS: &[Member] = &[
     repo_file!("data/resultats-bruts.csv"),
     repo_file!("data/tarifs-forfaits.csv"),
     repo_file!("notebooks/iteragpu-lab.ipynb"),
+    repo_file!("scripts/install.sh"),
 ];
 
 #[cfg(test)]

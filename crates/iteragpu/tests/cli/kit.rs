@@ -191,19 +191,34 @@ pub fn extract(zip: &Path, dir: &Path) {
 const GNU_X86: &str = "/lib64/ld-linux-x86-64.so.2";
 const GNU_ARM: &str = "/lib/ld-linux-aarch64.so.1";
 
-/// This test build was made by a plain cargo build: it holds the builder's paths, and the kit
-/// refuses to ship it (scripts/release.sh builds binaries without them).
+/// This checkout's builds hold no builder path (.cargo/config.toml remaps them), so a kit
+/// carries the running iteragpu by itself. A copy with a builder's path in it is refused by
+/// `--with-binary`, and by itself makes a kit with no program, which says so.
 #[test]
-fn with_binary_refuses_a_binary_that_holds_the_builders_paths() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("k.zip");
-    let exe = std::fs::read(assert_cmd::cargo::cargo_bin("iteragpu")).unwrap();
-    let found = kit::binary::builder_paths(&exe);
-    assert!(
-        !found.is_empty(),
-        "a test build carries the registry's paths"
+fn this_build_ships_and_one_with_builders_paths_does_not() {
+    let exe = assert_cmd::cargo::cargo_bin("iteragpu");
+    let bytes = std::fs::read(&exe).unwrap();
+    assert_eq!(
+        kit::binary::builder_paths(&bytes),
+        Vec::<String>::new(),
+        "a build of this checkout holds no builder path"
     );
-    iteragpu()
+    let dir = tempfile::tempdir().unwrap();
+    let registry = [
+        "", "home", "me", ".cargo", "registry", "src", "i", "a-1", "src", "x.rs",
+    ]
+    .join("/");
+    let dirty = dir.path().join("iteragpu");
+    let mut with_path = bytes.clone();
+    with_path.extend_from_slice(format!("\0{registry}\0").as_bytes());
+    std::fs::write(&dirty, with_path).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dirty, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let out = dir.path().join("k.zip");
+    Command::new(&dirty)
+        .current_dir(dir.path())
         .arg("kit")
         .arg("--output")
         .arg(&out)
@@ -211,12 +226,136 @@ fn with_binary_refuses_a_binary_that_holds_the_builders_paths() {
         .assert()
         .code(2)
         .stdout("")
-        .stderr(predicate::str::contains(
-            "the running iteragpu holds the path /",
-        ))
-        .stderr(predicate::str::contains("of the machine that built it"))
+        .stderr(predicate::str::contains(format!(
+            "the running iteragpu holds the path {registry} of the machine that built it"
+        )))
         .stderr(predicate::str::contains("scripts/release.sh"));
     assert!(!out.exists());
+    let printed = Command::new(&dirty)
+        .current_dir(dir.path())
+        .args(["kit", "--output", "k.zip", "--json"])
+        .assert()
+        .success()
+        .stderr(predicate::str::starts_with(
+            "iteragpu: warning: the kit carries no program: no portable binaries in dist/",
+        ))
+        .get_output()
+        .stdout
+        .clone();
+    let doc: serde_json::Value = serde_json::from_slice(&printed).unwrap();
+    assert_eq!(doc["program"]["source"], "none");
+    assert_eq!(doc["program"]["members"], serde_json::json!([]));
+    let files = doc["manifest"]["files"].as_array().unwrap();
+    assert!(
+        files
+            .iter()
+            .all(|f| !f["path"].as_str().unwrap().starts_with("bin/"))
+    );
+}
+
+/// Without a binary option the kit carries the portable binaries of dist/ when it holds them,
+/// else this build; `--release-dir` names another folder, and one without binaries is refused.
+#[test]
+fn the_kit_carries_the_release_or_this_build() {
+    let dir = tempfile::tempdir().unwrap();
+    let this = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    let kit_json = |args: &[&str]| -> serde_json::Value {
+        let out = iteragpu()
+            .current_dir(dir.path())
+            .arg("kit")
+            .args(args)
+            .arg("--json")
+            .assert()
+            .success()
+            .stderr("")
+            .get_output()
+            .stdout
+            .clone();
+        serde_json::from_slice(&out).unwrap()
+    };
+    let doc = kit_json(&["--output", "this.zip"]);
+    assert_eq!(doc["program"]["source"], "this-build");
+    assert_eq!(
+        doc["program"]["members"],
+        serde_json::json!([format!("bin/{this}/iteragpu")])
+    );
+    assert!(
+        doc["program"]["note"].as_str().unwrap().starts_with(
+            "this machine's build (the running iteragpu, no portable binaries in dist/)"
+        )
+    );
+    let shipped = |zip: &str, member: &str| -> Vec<u8> {
+        let mut zip =
+            zip::ZipArchive::new(std::fs::File::open(dir.path().join(zip)).unwrap()).unwrap();
+        let mut f = zip.by_name(&format!("iteragpu-lab-v1/{member}")).unwrap();
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes).unwrap();
+        bytes
+    };
+    assert_eq!(
+        shipped("this.zip", &format!("bin/{this}/iteragpu")),
+        std::fs::read(assert_cmd::cargo::cargo_bin("iteragpu")).unwrap()
+    );
+    assert_eq!(
+        shipped("this.zip", "scripts/install.sh"),
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/install.sh"))
+            .unwrap()
+    );
+
+    // scripts/release.sh's layout, in dist/ of the folder it runs in.
+    let x86 = kit::binary::test_elf(62, Some(GNU_X86), b"portable x86");
+    let arm = kit::binary::test_elf(183, Some(GNU_ARM), b"portable arm");
+    for (target, bytes) in [
+        ("x86_64-unknown-linux-gnu", &x86),
+        ("aarch64-unknown-linux-gnu", &arm),
+    ] {
+        let folder = dir.path().join("dist").join(target);
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("iteragpu"), bytes).unwrap();
+    }
+    let doc = kit_json(&["--output", "release.zip"]);
+    assert_eq!(doc["program"]["source"], "release");
+    assert_eq!(doc["program"]["folder"], "dist");
+    assert_eq!(
+        doc["program"]["members"],
+        serde_json::json!([
+            "bin/x86_64-unknown-linux-gnu/iteragpu",
+            "bin/aarch64-unknown-linux-gnu/iteragpu"
+        ])
+    );
+    assert_eq!(
+        shipped("release.zip", "bin/x86_64-unknown-linux-gnu/iteragpu"),
+        x86
+    );
+    assert_eq!(
+        shipped("release.zip", "bin/aarch64-unknown-linux-gnu/iteragpu"),
+        arm
+    );
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["kit", "--output", "release.txt.zip"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "program: the portable binaries of scripts/release.sh in dist/ (glibc 2.28 or newer)",
+        ));
+
+    std::fs::rename(dir.path().join("dist"), dir.path().join("elsewhere")).unwrap();
+    let doc = kit_json(&["--output", "elsewhere.zip", "--release-dir", "elsewhere"]);
+    assert_eq!(doc["program"]["source"], "release");
+    assert_eq!(doc["program"]["folder"], "elsewhere");
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["kit", "--output", "none.zip", "--release-dir", "empty"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains(
+            "--release-dir empty: holds no x86_64-unknown-linux-gnu/iteragpu or \
+             aarch64-unknown-linux-gnu/iteragpu",
+        ));
+    assert!(!dir.path().join("none.zip").exists());
 }
 
 /// `--binary` places each executable under bin/<target>/ from its ELF header, 0755, and the

@@ -10,6 +10,7 @@ mod fit;
 mod fleet_check;
 mod fleet_slurm;
 mod gpu_check;
+mod install;
 mod kill_loop;
 mod kit;
 mod lab_sh;
