@@ -203,7 +203,7 @@ fn bash_completes_the_catalogues_gpu_ids_under_tmux() {
     let ids = catalogue_ids();
     let want: Vec<&str> = ids.iter().map(String::as_str).collect();
     let pane = complete_in_tmux("bash", "source SCRIPT", "iteragpu price --gpu ", 2, &want);
-    let offered = pane.split("iteragpu price --gpu").nth(1).unwrap_or("");
+    let offered = offered_after(&pane, "iteragpu price --gpu", &ids);
     for id in &ids {
         assert!(
             offered.split_whitespace().any(|w| w == id),
@@ -231,7 +231,7 @@ fn zsh_completes_the_catalogues_gpu_ids_under_tmux() {
         1,
         &want,
     );
-    let offered = pane.split("iteragpu price --gpu").nth(1).unwrap_or("");
+    let offered = offered_after(&pane, "iteragpu price --gpu", &ids);
     for id in &ids {
         assert!(
             offered.split_whitespace().any(|w| w == id),
@@ -323,4 +323,18 @@ pub(crate) fn run_on_a_terminal(
     }
     tmux(&["kill-server"]);
     Some(pane)
+}
+
+/// What the shell listed after the command line: of the texts that follow each echo of
+/// `command` (keys typed before the shell was ready echo once more, and bash redraws the line
+/// below its list), the one that holds the most of `ids`.
+fn offered_after<'a>(pane: &'a str, command: &str, ids: &[String]) -> &'a str {
+    pane.split(command)
+        .skip(1)
+        .max_by_key(|seg| {
+            ids.iter()
+                .filter(|id| seg.split_whitespace().any(|w| w == id.as_str()))
+                .count()
+        })
+        .unwrap_or("")
 }
