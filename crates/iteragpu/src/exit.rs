@@ -1,5 +1,7 @@
 //! Exit codes: 0 success, 1 a runtime failure or a data file that fails validation, 2 a usage
-//! error or no usable GPU for a command that needs one (as the original kit).
+//! error or no usable GPU for a command that needs one (as the original kit). A file or folder
+//! named on the command line that is not there is refused input, exit 2, whichever command reads
+//! it: [`report`] decides that here, once, from the error's kind ([`names_a_missing_path`]).
 //!
 //! An error is one line on stderr: `iteragpu: error: <sentence>` by default, or, when the
 //! command line asked for `--json`, one JSON object `{"error": ..., "exit_code": ...}`, so a
@@ -94,12 +96,48 @@ pub fn report(err: &anyhow::Error) -> ExitCode {
     if broken_pipe {
         return ExitCode::SUCCESS;
     }
-    let code = if err.chain().any(|cause| cause.is::<Usage>()) {
+    let code = if err.chain().any(|cause| cause.is::<Usage>()) || names_a_missing_path(err) {
         2
     } else {
         1
     };
     fail(&format!("{err:#}"), code)
+}
+
+/// Whether the error is a path that does not exist: an OS error of kind `NotFound` anywhere in
+/// the chain, or a library's read error that holds one. Each library names the path in its own
+/// sentence; this only picks the exit code (2, refused input), so that every command treats a
+/// missing `--catalogue`, `--model`, `--offers`, `--probe`, `--results`, kit or document alike.
+/// A file that is there but does not read or validate stays a data error (exit 1).
+pub fn names_a_missing_path(err: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::NotFound;
+    err.chain().any(|cause| {
+        if let Some(e) = cause.downcast_ref::<std::io::Error>() {
+            return e.kind() == NotFound;
+        }
+        if let Some(e) = cause.downcast_ref::<lab_io::files::InputError>() {
+            return e.is_not_found();
+        }
+        if let Some(rent::catalogue::CatalogueError::Read { reason, .. }) = cause.downcast_ref() {
+            return reason.kind() == NotFound;
+        }
+        if let Some(rent::datasheet::DatasheetError::Read { reason, .. }) = cause.downcast_ref() {
+            return reason.kind() == NotFound;
+        }
+        if let Some(rent::offers::OffersError::Read { reason, .. }) = cause.downcast_ref() {
+            return reason.kind() == NotFound;
+        }
+        if let Some(model::ModelError::Read { reason, .. }) = cause.downcast_ref() {
+            return reason.kind() == NotFound;
+        }
+        if let Some(kit::VerifyError::Open { kind, .. }) = cause.downcast_ref() {
+            return *kind == NotFound;
+        }
+        if let Some(ledger::LedgerError::Input(e)) = cause.downcast_ref() {
+            return e.is_not_found();
+        }
+        false
+    })
 }
 
 /// Ends a command line that clap refused. Help and version go to stdout as clap prints them

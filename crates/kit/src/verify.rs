@@ -261,6 +261,8 @@ pub enum VerifyError {
         path: PathBuf,
         /// The OS error, once.
         reason: String,
+        /// Its kind: a path that is not there is refused input (exit 2), not a broken kit.
+        kind: std::io::ErrorKind,
     },
     /// A file that is not a zip archive.
     #[error("{} is not a readable zip archive ({reason}); give a .zip or an extracted folder", path.display())]
@@ -332,6 +334,7 @@ pub fn verify(path: &Path) -> Result<Report, VerifyError> {
     let meta = std::fs::metadata(path).map_err(|e| VerifyError::Open {
         path: path.to_path_buf(),
         reason: lab_io::files::os_message(&e),
+        kind: e.kind(),
     })?;
     if meta.is_dir() {
         Ok(verify_folder(path))
@@ -527,6 +530,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         lab_io::files::open_input(path).map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
             reason: lab_io::files::os_message(&e),
+        kind: e.kind(),
         })
     };
     // The layout first, by this tool's own reading: bounded, and before the zip library reads
@@ -537,6 +541,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         .map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
             reason: lab_io::files::os_message(&e),
+        kind: e.kind(),
         })?
         .len();
     let layout = crate::structure::layout(&mut raw, len).map_err(|reason| VerifyError::NotZip {

@@ -5,12 +5,12 @@
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
     /// The OS refused to open or read a file.
-    #[error("cannot read {file}: {source}")]
+    #[error("cannot read {file}: {reason}")]
     Read {
         /// The file.
         file: String,
-        /// The OS error.
-        source: std::io::Error,
+        /// The OS error, in the message itself (not a `source`, which would print it twice).
+        reason: std::io::Error,
     },
     /// Neither a config.json nor a safetensors file where one was expected.
     #[error(

@@ -126,7 +126,7 @@ pub fn inspect(path: &Path) -> Result<Model, ModelError> {
     } else {
         return Err(ModelError::Read {
             file: shown,
-            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
+            reason: std::io::Error::new(std::io::ErrorKind::NotFound, "no such file or folder"),
         });
     };
     let config_name = config_path.display().to_string();
@@ -220,15 +220,15 @@ fn shard_files(
         }
         return Ok(Some((files, Some((name, map)))));
     }
-    let entries = std::fs::read_dir(folder).map_err(|source| ModelError::Read {
+    let entries = std::fs::read_dir(folder).map_err(|reason| ModelError::Read {
         file: folder.display().to_string(),
-        source,
+        reason,
     })?;
     let mut files: Vec<(PathBuf, String)> = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|source| ModelError::Read {
+        let entry = entry.map_err(|reason| ModelError::Read {
             file: folder.display().to_string(),
-            source,
+            reason,
         })?;
         let path = entry.path();
         if path.extension().is_some_and(|e| e == "safetensors") && path.is_file() {
@@ -384,9 +384,9 @@ fn read_bounded(
     limit: u64,
     what: &'static str,
 ) -> Result<String, ModelError> {
-    let io = |source| ModelError::Read {
+    let io = |reason| ModelError::Read {
         file: name.to_string(),
-        source,
+        reason,
     };
     let file = lab_io::files::open_input(path).map_err(io)?;
     let mut bytes = Vec::new();

@@ -93,9 +93,9 @@ impl Header {
 
 /// Reads and checks the header of the safetensors file at `path`; `name` names it in messages.
 pub fn read_header(path: &Path, name: &str) -> Result<Header, ModelError> {
-    let io = |source| ModelError::Read {
+    let io = |reason| ModelError::Read {
         file: name.to_string(),
-        source,
+        reason,
     };
     let mut file = lab_io::files::open_input(path).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len();

@@ -144,6 +144,14 @@ pub fn expectation(
 
 /// Runs `environment`. A GPU that is not usable is reported (exit 0), not an error.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // A file named on the command line is read even by a view that does not use it (one device,
+    // or no --package), so a wrong path is refused (exit 2 when it is not there), never ignored.
+    if let Some(path) = args.catalogue.as_deref() {
+        Catalogue::from_path(path)?;
+    }
+    if args.datasheet.is_some() {
+        datasheet(args.datasheet.as_deref())?;
+    }
     let device = args.device.clone().unwrap_or_else(|| {
         if args.package.is_some() {
             "all".to_string()

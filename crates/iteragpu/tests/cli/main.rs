@@ -25,5 +25,6 @@ mod sizes;
 mod sweep;
 
 mod measure;
+mod missing_inputs;
 mod stubs;
 mod verify;

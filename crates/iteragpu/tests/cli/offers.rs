@@ -260,8 +260,9 @@ fn every_fault_of_a_bad_offers_file_names_its_row_and_column() {
             )));
     }
     let absent = dir.path().join("absent.csv");
+    // Not there: refused input, exit 2 (README's exit-code table), as for every command.
     fit(&["--offers", absent.to_str().unwrap(), "--json"])
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("cannot read the offers file"));
 }
 

@@ -395,8 +395,9 @@ fn faulty_catalogues_exit_1_naming_file_row_and_column() {
         .stderr(predicate::str::contains(
             "cannot read the catalogue /dev/zero: it is a device, not a regular file; give a regular file",
         ));
+    // Not there: refused input, exit 2 (README's exit-code table), as for every command.
     price(&["--catalogue", "/nonexistent/tariffs.csv", "--list"])
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains(
             "cannot read the catalogue /nonexistent/tariffs.csv",
         ));

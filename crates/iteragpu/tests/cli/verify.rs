@@ -312,7 +312,7 @@ fn not_a_kit_is_a_clear_error() {
         .arg("verify")
         .arg(dir.path().join("absent.zip"))
         .assert()
-        .code(1)
+        .code(2)
         .stderr(predicate::str::contains("cannot read"));
 }
 
