@@ -47,7 +47,8 @@ const EXIT_CODES: [(&str, &str); 3] = [
     (
         "2",
         "a usage error: a missing or bad option value, an unknown GPU, a duration not offered, a \
-         total that overflows; or no usable GPU for a command that needs one.",
+         total that overflows; a file or folder named on the command line that is not there; or \
+         no usable GPU for a command that needs one.",
     ),
 ];
 

@@ -34,7 +34,7 @@ never lose or tear a row. A grid holds at most 64 MiB, the most `record` and `co
 row that would take it past that is refused and the grid left as it was; record the next runs
 with --results naming a new file.
 Exit codes: 0 recorded; 1 a file that fails its checks (protocol, measurement, grid); 2 a bad
-option, a package the catalogue does not sell, a device mismatch, or a grid that cannot be
+option, a --protocol, --measurement or --catalogue that is not there, a package the catalogue does not sell, a device mismatch, or a grid that cannot be
 written where asked (a link to nothing, or full).")]
 pub struct Args {
     /// The results grid (created with its header if it does not exist; at most 64 MiB).
