@@ -229,13 +229,12 @@ pub fn cost_rows(
         let (unit_price_cents, no_unit_price) = if accepted_units == 0 {
             (None, Some(why_none(rows.len())))
         } else {
-            (
-                Some(
-                    unit_price_cents(q.total_price_cents, accepted_units)
-                        .map_err(|e| unpriced(e.to_string()))?,
-                ),
-                None,
-            )
+            // The one refusal left (so many results that the price would show as 0) is said
+            // in place of the price, never printed as a price of 0.
+            match unit_price_cents(q.total_price_cents, accepted_units) {
+                Ok(price) => (Some(price), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
         };
         out.push(RentalCost {
             rental: rental.to_string(),
@@ -286,7 +285,10 @@ fn totals(rows: &[LineRow], rentals: &[RentalCost]) -> Vec<Total> {
                 .try_fold(0u64, |sum, r| sum.checked_add(r.total_price_cents));
             let accepted_units = sum_units(&corpora(&runs));
             let (unit_price_cents, no_unit_price) = match (total_price_cents, accepted_units) {
-                (Some(total), Some(n)) if n > 0 => (unit_price_cents(total, n).ok(), None),
+                (Some(total), Some(n)) if n > 0 => match unit_price_cents(total, n) {
+                    Ok(price) => (Some(price), None),
+                    Err(e) => (None, Some(e.to_string())),
+                },
                 (Some(_), Some(_)) => (None, Some(why_none(runs.len()))),
                 _ => (
                     None,
@@ -410,6 +412,34 @@ mod tests {
         );
         let json = serde_json::to_value(b).unwrap();
         assert!(json["unit_price_cents"].is_null());
+    }
+
+    /// So many accepted units that the price of one would round to 0.0000 cents: no unit
+    /// price, and the reason in its place, for the rental and for the total; never a price of 0.
+    #[test]
+    fn a_count_that_would_make_the_unit_price_zero_gives_no_unit_price_and_says_why() {
+        let c = Catalogue::embedded();
+        let n = u64::MAX / 2;
+        let rows = [row_with(
+            2,
+            "a",
+            "b200:7:1",
+            "tickets-v3",
+            n,
+            n,
+            Aggregation::Best,
+        )];
+        let costs = cost_rows(Path::new("g.csv"), &rows, &c).unwrap();
+        assert_eq!(costs[0].accepted_units, n);
+        assert_eq!(costs[0].unit_price_cents, None);
+        let why = costs[0].no_unit_price.as_deref().unwrap();
+        assert!(why.contains("rounds to 0"), "{why}");
+        let total = totals(&rows, &costs);
+        assert_eq!(total[0].unit_price_cents, None);
+        assert!(
+            total[0].no_unit_price.as_deref().unwrap().contains("rounds to 0"),
+            "{total:?}"
+        );
     }
 
     #[test]

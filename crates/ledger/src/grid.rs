@@ -321,13 +321,16 @@ impl Row {
             ));
         }
         let f = |i: usize| record.get(i).unwrap_or("").to_string();
+        // A count is read as `record` writes it: plain digits, no sign, space or leading zero.
         let count = |i: usize| {
             let text = f(i);
-            text.bytes()
-                .all(|b| b.is_ascii_digit())
-                .then(|| text.parse::<u64>().ok())
-                .flatten()
-                .ok_or_else(|| format!("{} {text:?} is not a whole number", HEADER[i]))
+            rent::units::plain_decimal(&text).ok_or_else(|| {
+                format!(
+                    "{} {text:?} is not a whole number in plain digits (no sign, spaces or \
+                     leading zeros)",
+                    HEADER[i]
+                )
+            })
         };
         let flag = |i: usize| match f(i).as_str() {
             "true" => Ok(true),

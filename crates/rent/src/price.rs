@@ -50,6 +50,22 @@ pub enum PriceError {
         /// Price of one lot.
         lot_price_cents: u64,
     },
+    /// So many accepted results that the price of one rounds to 0.0000 cents although the
+    /// package costs something: refused rather than printed as a free result.
+    #[error(
+        "{total_cents} cents over {accepted} accepted results is less than 0.00005 cents a \
+         result, which rounds to 0 at the 1/10000 cent the unit price is stated to; a package \
+         that costs something is never shown at a price of 0: expected at most {most} accepted \
+         results for this package (check the count)"
+    )]
+    UnitPriceRoundsToZero {
+        /// The package's whole price.
+        total_cents: u64,
+        /// The accepted results given.
+        accepted: u64,
+        /// The most results whose unit price is still at least 0.0001 cents.
+        most: u64,
+    },
     /// gpus_per_lot x lots beyond u64.
     #[error(
         "{lots} lots of `{gpu}` with {gpus_per_lot} GPUs each overflow the GPU count; expected \
@@ -189,7 +205,9 @@ pub fn quote(
 
 /// The price of one accepted result: `total_cents / accepted`, an exact decimal rounded half to
 /// even to 4 decimal places (1/10000 of a cent). Zero results are refused: there is no price
-/// per nothing. Shared by every command that divides a package price by results.
+/// per nothing; and so are results so many that a package that costs something would show a
+/// unit price of 0 ([`PriceError::UnitPriceRoundsToZero`]). Shared by every command that divides
+/// a package price by results.
 pub fn unit_price_cents(total_cents: u64, accepted: u64) -> Result<Decimal, PriceError> {
     if accepted == 0 {
         return Err(CountError::Zero {
@@ -199,7 +217,18 @@ pub fn unit_price_cents(total_cents: u64, accepted: u64) -> Result<Decimal, Pric
         .into());
     }
     // Cannot fail: total x 10^4 <= 1.9e23 fits u128, and the quotient fits a Decimal (< 7.9e28).
-    Ok(ratio_half_even(u128::from(total_cents), u128::from(accepted)).unwrap_or_default())
+    let price = ratio_half_even(u128::from(total_cents), u128::from(accepted)).unwrap_or_default();
+    if price.is_zero() && total_cents > 0 {
+        // total x 10^4 / n rounds to at least 1 exactly when n < 2 x total x 10^4 (at a half, the
+        // even digit is 0).
+        let most = (2 * u128::from(total_cents) * 10_000 - 1).min(u128::from(u64::MAX));
+        return Err(PriceError::UnitPriceRoundsToZero {
+            total_cents,
+            accepted,
+            most: u64::try_from(most).unwrap_or(u64::MAX),
+        });
+    }
+    Ok(price)
 }
 
 /// Whole cents as an amount in the currency's main unit, `123456` -> `1234.56`.
@@ -267,9 +296,21 @@ mod tests {
         assert_eq!(unit_price_cents(100, 3).unwrap().to_string(), "33.3333");
         assert_eq!(unit_price_cents(200, 3).unwrap().to_string(), "66.6667");
         assert_eq!(unit_price_cents(100, 1).unwrap().to_string(), "100.0000");
-        // 1 / 20000 cents is exactly half of the last place: ties to even (0).
-        assert_eq!(unit_price_cents(1, 20_000).unwrap().to_string(), "0.0000");
+        // 3 / 20000 cents is exactly one and a half of the last place: ties to even (2).
         assert_eq!(unit_price_cents(3, 20_000).unwrap().to_string(), "0.0002");
+        assert_eq!(unit_price_cents(1, 19_999).unwrap().to_string(), "0.0001");
+        // 1 / 20000 cents is exactly half of the last place, which would round to 0: a package
+        // that costs something never has a unit price of 0.
+        let err = unit_price_cents(1, 20_000).unwrap_err();
+        assert!(
+            matches!(err, PriceError::UnitPriceRoundsToZero { most: 19_999, .. }),
+            "{err}"
+        );
+        let err = unit_price_cents(60_000, u64::MAX).unwrap_err().to_string();
+        assert!(err.contains("18446744073709551615 accepted results"), "{err}");
+        assert!(err.contains("at most 1199999999 accepted results"), "{err}");
+        // A free package is free per result.
+        assert_eq!(unit_price_cents(0, u64::MAX).unwrap().to_string(), "0.0000");
         assert!(unit_price_cents(100, 0).is_err());
         let c = Catalogue::embedded();
         let q = quote(&c, "b200", 7, 2, Some(1000)).unwrap();
@@ -357,9 +398,30 @@ mod tests {
     proptest! {
         /// Against an independent computation on u128: q x accepted is within half a last place
         /// of the total, and ties go to the even digit.
+        /// Never a price of 0 for a package that costs something: a count that would round it
+        /// to 0 is refused, and the bound the refusal gives is exact.
+        #[test]
+        fn a_priced_package_never_has_a_unit_price_of_zero(
+            total in prop_oneof![1u64..1_000, 1u64..],
+            accepted in prop_oneof![1u64..100_000_000, (u64::MAX - 1000)..=u64::MAX, 1u64..],
+        ) {
+            match unit_price_cents(total, accepted) {
+                Ok(q) => prop_assert!(q > Decimal::ZERO),
+                Err(PriceError::UnitPriceRoundsToZero { most, .. }) => {
+                    prop_assert!(accepted > most);
+                    prop_assert!(unit_price_cents(total, most).unwrap() > Decimal::ZERO);
+                }
+                Err(e) => prop_assert!(false, "{}", e),
+            }
+        }
+
         #[test]
         fn unit_price_matches_integer_bounds(total in 0u64.., accepted in 1u64..) {
-            let q = unit_price_cents(total, accepted).unwrap();
+            let Ok(q) = unit_price_cents(total, accepted) else {
+                // Refused only when it would round to 0 (the test above).
+                prop_assert!(total > 0 && (accepted as u128) >= 2 * total as u128 * 10_000);
+                return Ok(());
+            };
             prop_assert_eq!(q.scale(), 4);
             let scaled = q.mantissa();
             let diff = scaled * accepted as i128 - total as i128 * 10_000;

@@ -228,6 +228,21 @@ pub enum CountError {
         /// The text given.
         value: String,
     },
+    /// Digits dressed up: a `+` sign, spaces, or a leading zero. Refused so that a count has one
+    /// spelling, the one the grid and the JSON documents write back (`03` is not `3` to a
+    /// spreadsheet, and a space or a sign usually means a mangled script variable).
+    #[error(
+        "the {what} `{value}` has {why}; expected a whole number written in plain digits, without \
+         sign, spaces or leading zeros, such as 1 or 250"
+    )]
+    NotPlain {
+        /// What was being counted.
+        what: &'static str,
+        /// The text given.
+        value: String,
+        /// What is in it besides the digits ("a `+` sign", "spaces", "a leading zero").
+        why: &'static str,
+    },
     /// More than `u64::MAX`.
     #[error("the {what} `{value}` is larger than 18446744073709551615, the largest accepted")]
     TooLarge {
@@ -238,24 +253,70 @@ pub enum CountError {
     },
 }
 
-/// Reads a positive whole number written in plain digits (surrounding spaces are ignored).
-/// `what` names the count in the refusal ("number of lots").
+/// A whole number written the one way this tool writes it: ASCII digits only, no sign, no
+/// space, and no leading zero (`0` itself is fine). `None` for anything else, or above
+/// `u64::MAX`. The grid's counts are read with this, so a row says each count one way.
+pub fn plain_decimal(text: &str) -> Option<u64> {
+    let plain = !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && (text == "0" || !text.starts_with('0'));
+    plain.then(|| text.parse::<u64>().ok()).flatten()
+}
+
+/// Reads a positive whole number written in plain digits ([`plain_decimal`]: no sign, spaces or
+/// leading zeros). `what` names the count in the refusal ("number of lots").
 pub fn parse_count(what: &'static str, text: &str) -> Result<u64, CountError> {
-    let t = text.trim();
+    match parse_whole(what, text)? {
+        0 => Err(CountError::Zero {
+            what,
+            value: text.to_string(),
+        }),
+        n => Ok(n),
+    }
+}
+
+/// Reads a whole number that may be zero (units a judge accepted), written in plain digits as
+/// [`parse_count`] reads them; each refusal says what is wrong with the text.
+pub fn parse_whole(what: &'static str, text: &str) -> Result<u64, CountError> {
     let value = text.to_string();
-    if t.is_empty() {
+    if let Some(n) = plain_decimal(text) {
+        return Ok(n);
+    }
+    if text.is_empty() {
         return Err(CountError::Empty { what });
     }
-    let unsigned = t.strip_prefix('+').unwrap_or(t);
-    if unsigned.bytes().all(|b| b.is_ascii_digit()) {
-        if unsigned.bytes().all(|b| b == b'0') {
-            return Err(CountError::Zero { what, value });
-        }
-        return unsigned
-            .parse::<u64>()
-            .map_err(|_| CountError::TooLarge { what, value });
+    let t = text.trim();
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if digits(text) {
+        // Only digits, yet not plain: a leading zero (`007`, `00`), or more than u64::MAX.
+        return Err(if text.starts_with('0') {
+            CountError::NotPlain {
+                what,
+                value,
+                why: "a leading zero",
+            }
+        } else {
+            CountError::TooLarge { what, value }
+        });
+    }
+    if t != text && (digits(t) || digits(t.strip_prefix('+').unwrap_or(t))) {
+        return Err(CountError::NotPlain {
+            what,
+            value,
+            why: "spaces around the digits",
+        });
+    }
+    if let Some(rest) = t.strip_prefix('+')
+        && digits(rest)
+    {
+        return Err(CountError::NotPlain {
+            what,
+            value,
+            why: "a `+` sign",
+        });
     }
     // Say as precisely as we can why the text is not a count.
+    let unsigned = t.strip_prefix('+').unwrap_or(t);
     let numeric = |s: &str| {
         !s.is_empty()
             && s.bytes()
@@ -379,10 +440,20 @@ mod tests {
     #[test]
     fn counts() {
         assert_eq!(parse_count("number of lots", "2"), Ok(2));
-        assert_eq!(parse_count("number of lots", "+2"), Ok(2));
+        assert_eq!(parse_count("number of lots", "10"), Ok(10));
+        assert_eq!(parse_whole("number of units", "0"), Ok(0));
         let cases = [
             ("0", "is zero"),
-            ("00", "is zero"),
+            ("00", "has a leading zero"),
+            ("03", "has a leading zero"),
+            ("+3", "has a `+` sign"),
+            (" 3", "has spaces around the digits"),
+            ("3 ", "has spaces around the digits"),
+            (" +3", "has spaces around the digits"),
+            ("\t3", "has spaces around the digits"),
+            ("3 4", "is not a number"),
+            ("   ", "is not a number"),
+            ("\u{661}", "is not a number"),
             ("-3", "is negative"),
             ("-1", "is negative"),
             ("2.5", "is not a whole number"),
@@ -477,6 +548,46 @@ mod tests {
     }
 
     proptest! {
+        /// A count has one spelling: whatever text is accepted is the number's own decimal
+        /// form, so `+3`, ` 3`, `03` and `3\n` never pass, and every refusal quotes the text.
+        #[test]
+        fn a_count_is_accepted_only_as_written_back(text in "[ +0-9\\-\t.eE_]{0,24}|\\PC{0,8}") {
+            match parse_whole("number of units", &text) {
+                Ok(n) => prop_assert_eq!(n.to_string(), text.as_str()),
+                Err(CountError::Empty { .. }) => prop_assert!(text.trim().is_empty()),
+                Err(e) => {
+                    let shown = format!("`{text}`");
+                    prop_assert!(e.to_string().contains(&shown), "{}", e);
+                }
+            }
+            if let Ok(n) = parse_count("number of units", &text) {
+                prop_assert!(n >= 1);
+                prop_assert_eq!(n.to_string(), text.as_str());
+            }
+        }
+
+        #[test]
+        fn every_number_reads_back_and_every_dressing_is_refused(n in 0u64.., zeros in 1usize..4, spaces in 1usize..3) {
+            let plain = n.to_string();
+            prop_assert_eq!(parse_whole("n", &plain), Ok(n));
+            prop_assert_eq!(parse_count("n", &plain).ok(), (n > 0).then_some(n));
+            prop_assert_eq!(plain_decimal(&plain), Some(n));
+            let pad = " ".repeat(spaces);
+            for dressed in [
+                format!("+{plain}"),
+                format!("{}{plain}", "0".repeat(zeros)),
+                format!("{pad}{plain}"),
+                format!("{plain}{pad}"),
+            ] {
+                let refused = matches!(
+                    parse_whole("n", &dressed),
+                    Err(CountError::NotPlain { .. })
+                );
+                prop_assert!(refused, "{:?}", dressed);
+                prop_assert_eq!(plain_decimal(&dressed), None);
+            }
+        }
+
         #[test]
         fn gib_matches_digit_arithmetic(bytes in 0u128..=(u64::MAX as u128) * 8) {
             let ours = ratio_half_even(bytes, 1 << 30).unwrap().to_string();

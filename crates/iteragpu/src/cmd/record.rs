@@ -59,12 +59,14 @@ pub struct Args {
     #[arg(long, value_parser = parse_package)]
     pub package: Package,
 
-    /// Units submitted to the judge (1 or more, at most the protocol's corpus_size).
-    #[arg(long)]
+    /// Units submitted to the judge (1 or more, at most the protocol's corpus_size), in plain
+    /// digits: no sign, spaces or leading zeros.
+    #[arg(long, value_parser = parse_submitted, allow_hyphen_values = true)]
     pub submitted: u64,
 
-    /// Units the judge accepted (at most --submitted).
-    #[arg(long)]
+    /// Units the judge accepted (0 to --submitted), in plain digits: no sign, spaces or leading
+    /// zeros.
+    #[arg(long, value_parser = parse_accepted, allow_hyphen_values = true)]
     pub accepted: u64,
 
     /// One line of free text for the notes column (at most 1000 characters).
@@ -83,6 +85,16 @@ pub struct Args {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `--submitted`: a count as `price --accepted-results` reads one (one spelling, the grid's).
+fn parse_submitted(s: &str) -> Result<u64, rent::units::CountError> {
+    rent::units::parse_count("number of units submitted", s)
+}
+
+/// `--accepted`: the same, where 0 is a result (the judge accepted nothing).
+fn parse_accepted(s: &str) -> Result<u64, rent::units::CountError> {
+    rent::units::parse_whole("number of units accepted", s)
 }
 
 fn parse_package(s: &str) -> Result<Package, String> {
