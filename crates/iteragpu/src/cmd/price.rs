@@ -23,7 +23,9 @@ Examples:
 
 The total is the lot price x lots (a lot price already covers all GPUs of the lot; a B200 lot
 holds two). With --accepted-results N, the unit price is the whole package price / N, rounded
-half to even to 1/10000 of a cent. Without it the unit price is not computed (null in JSON).
+half to even to 1/10000 of a cent; an N so large that it would round to 0 is refused, never
+printed as a price of 0. Counts (L, N) are plain digits: no sign, spaces or leading zeros.
+Without --accepted-results the unit price is not computed (null in JSON).
 The bundled catalogue's prices are examples, not quotes. A package price says nothing about
 availability and is not a reservation.";
 
@@ -40,13 +42,15 @@ pub struct Args {
           required_unless_present = "list")]
     pub days: Option<u32>,
 
-    /// Number of lots (a positive whole number). The lot price is multiplied by it.
+    /// Number of lots (a positive whole number in plain digits). The lot price is multiplied by
+    /// it.
     #[arg(long, value_name = "L", value_parser = parse_lots, allow_hyphen_values = true,
           required_unless_present = "list")]
     pub lots: Option<u64>,
 
     /// The number of distinct accepted useful results the package produced (a positive whole
-    /// number, written in digits). No default: repetitions of one benchmark are not new results.
+    /// number in plain digits: no sign, spaces or leading zeros). No default: repetitions of one
+    /// benchmark are not new results.
     #[arg(long, value_name = "N", value_parser = parse_accepted_results,
           allow_hyphen_values = true)]
     pub accepted_results: Option<u64>,

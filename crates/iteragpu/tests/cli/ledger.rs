@@ -1760,3 +1760,42 @@ fn normalise(text: &str) -> String {
     }
     text
 }
+
+/// `record`'s counts are read as `price --accepted-results` is: plain digits, one spelling,
+/// refused with a sentence before any file is read.
+#[test]
+fn record_counts_are_plain_digits() {
+    for (option, value, says) in [
+        ("--submitted", "+3", "units submitted `+3` has a `+` sign"),
+        ("--submitted", "03", "units submitted `03` has a leading zero"),
+        ("--submitted", "0", "units submitted `0` is zero"),
+        ("--accepted", " 3", "units accepted ` 3` has spaces around the digits"),
+        ("--accepted", "-1", "units accepted `-1` is negative"),
+    ] {
+        let mut args = vec![
+            "record",
+            "--results",
+            "/nonexistent/grid.csv",
+            "--protocol",
+            "/nonexistent/p.txt",
+            "--measurement",
+            "/nonexistent/m.json",
+            "--rental",
+            "a",
+            "--package",
+            "b200:7:1",
+            "--submitted",
+            "5",
+            "--accepted",
+            "3",
+        ];
+        let at = args.iter().position(|a| *a == option).unwrap();
+        args[at + 1] = value;
+        assert_cmd::Command::cargo_bin("iteragpu")
+            .unwrap()
+            .args(&args)
+            .assert()
+            .code(2)
+            .stderr(predicates::str::contains(says));
+    }
+}

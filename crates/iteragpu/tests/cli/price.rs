@@ -412,3 +412,50 @@ fn help_teaches_with_examples() {
         ))
         .stdout(predicate::str::contains("not a reservation"));
 }
+
+/// A count has one spelling (plain digits), and a unit price of 0 is never printed for a package
+/// that costs something: the refusals come first, then the largest count that still prices.
+#[test]
+fn counts_are_plain_digits_and_a_unit_price_is_never_zero() {
+    let base = ["--gpu", "b200", "--days", "7", "--lots", "1"];
+    for (value, says) in [
+        ("+3", "has a `+` sign"),
+        (" 3", "has spaces around the digits"),
+        ("3 ", "has spaces around the digits"),
+        ("03", "has a leading zero"),
+        ("000", "has a leading zero"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend(["--accepted-results", value]);
+        price(&args)
+            .code(2)
+            .stdout(predicate::str::is_empty())
+            .stderr(predicate::str::contains(format!(
+                "accepted results (distinct accepted useful units) `{value}` {says}"
+            )));
+        let lots = ["--gpu", "b200", "--days", "7", "--lots", value];
+        price(&lots)
+            .code(2)
+            .stderr(predicate::str::contains(format!("lots `{value}` {says}")));
+    }
+    let total = b200_7_day_cents();
+    // 2^64 - 1 results: the price of one would round to 0.0000 cents.
+    let mut args = base.to_vec();
+    args.extend(["--accepted-results", "18446744073709551615", "--json"]);
+    let most = 2 * u128::from(total) * 10_000 - 1;
+    let out = price(&args).code(2).stdout(predicate::str::is_empty());
+    let err: serde_json::Value =
+        serde_json::from_slice(out.get_output().stderr.trim_ascii_end()).unwrap();
+    let err = err["error"].as_str().unwrap();
+    assert!(err.contains("rounds to 0"), "{err}");
+    assert!(
+        err.contains(&format!("at most {most} accepted results")),
+        "{err}"
+    );
+    // The largest count it names still gives a price above 0.
+    let most = most.to_string();
+    let mut args = base.to_vec();
+    args.extend(["--accepted-results", &most]);
+    let doc = json(&args);
+    assert_eq!(doc["unit_price_cents"], "0.0001", "{doc}");
+}
