@@ -110,6 +110,14 @@ pub enum ModelError {
         /// What is wrong and what would be accepted.
         problem: String,
     },
+    /// Tensor data that no tensor of the header claims (with no tensor to name).
+    #[error("{file}: {problem}")]
+    Data {
+        /// The file.
+        file: String,
+        /// What is wrong and what would be accepted.
+        problem: String,
+    },
     /// A `model.safetensors.index.json` that does not describe the folder.
     #[error("{file}: {problem}")]
     Index {

@@ -5,8 +5,11 @@
 //! first 8 + N bytes are ever read here, so a 140 GB checkpoint costs a few kilobytes of I/O. The
 //! header is hostile input: a length over [`MAX_HEADER_BYTES`] or past the end of the file, JSON
 //! that is not an object of tensor entries, a tensor named twice, an unknown dtype, a shape whose
-//! bytes differ from its offsets, offsets outside the file's data or overlapping another tensor
-//! are all refused with the file and the tensor named. (The `safetensors` crate validates the
+//! bytes differ from its offsets, offsets outside the file's data or overlapping another tensor,
+//! and data that no tensor claims (a gap between two tensors, before the first or after the
+//! last) are all refused with the file and the tensors named. The spans follow the format's own
+//! rule (the `safetensors` crate's `validate`): sorted by offsets, they cover the data exactly,
+//! from 0 to its end, each starting where the one before it ends ([`layout`]). (The `safetensors` crate validates the
 //! same way but wants the whole file in memory or mapped; this reader needs only the header.)
 //!
 //! The JSON is read from the file as a stream, entry by entry, into compact [`TensorInfo`]s: no
@@ -311,7 +314,7 @@ impl<'de> Visitor<'de> for HeaderSeed<'_> {
             spans.push((begin, end, tensors.len()));
             tensors.push(info);
         }
-        if let Some(fault) = overlap(file, &tensors, spans) {
+        if let Some(fault) = layout(file, &tensors, spans, self.data_len) {
             return Err(refuse(fault));
         }
         Ok(Some(tensors))
@@ -714,19 +717,104 @@ fn check(
     ))
 }
 
-/// The first tensor whose bytes are another's. `spans` are (begin, end, index into `tensors`).
-/// Sorted by start, each span must start at or after the furthest end seen so far (not only the
-/// previous span's: one long tensor can cover several). Empty spans are skipped: they hold no
-/// bytes, so they can share none, and skipping them everywhere keeps them from hiding an
-/// overlap between the spans around them.
-fn overlap(
+/// What the format requires of the spans, the `safetensors` crate's rule: sorted by offsets, each
+/// starts where the one before it ends, the first at 0 and the last at the end of the data
+/// (`data_len`), so every byte of data is one tensor's. A gap is data no tensor claims: a
+/// truncated or doctored header that the library would refuse to load, and bytes this tool would
+/// not count. The first fault found, in this order: two tensors sharing bytes ([`overlap`]), a
+/// gap (named by the tensors on each side), an empty tensor inside another's bytes. `spans` are
+/// (begin, end, index into `tensors`), each already within the data.
+pub(crate) fn layout(
     file: &str,
     tensors: &[TensorInfo],
     mut spans: Vec<(u64, u64, usize)>,
+    data_len: u64,
 ) -> Option<ModelError> {
     spans.sort_unstable();
+    if let Some(fault) = overlap(file, tensors, &spans) {
+        return Some(fault);
+    }
+    const RULE: &str = "expected the tensors to cover the data exactly, one after another from \
+                        byte 0 to its end, as the safetensors format requires";
+    let fault = |i: usize, problem: String| {
+        Some(ModelError::Tensor {
+            file: file.to_string(),
+            tensor: tensors[i].name.clone(),
+            problem,
+        })
+    };
+    // The non-empty spans, now disjoint and in order: each must start where the last ended.
+    let mut reached = 0u64;
+    let mut last: Option<usize> = None;
+    for &(begin, end, i) in spans.iter().filter(|(b, e, _)| b < e) {
+        if begin > reached {
+            return fault(
+                i,
+                match last {
+                    Some(a) => format!(
+                        "starts at byte {begin} of the data but tensor `{}` before it ends at \
+                         byte {reached}: bytes {reached} to {begin} belong to no tensor; {RULE}",
+                        tensors[a].name
+                    ),
+                    None => format!(
+                        "is the first tensor and starts at byte {begin} of the data: bytes 0 to \
+                         {begin} belong to no tensor; {RULE}"
+                    ),
+                },
+            );
+        }
+        reached = end;
+        last = Some(i);
+    }
+    if reached < data_len {
+        return match last {
+            Some(a) => fault(
+                a,
+                format!(
+                    "is the last tensor and ends at byte {reached}, but the file holds {data_len} \
+                     bytes of tensor data: bytes {reached} to {data_len} belong to no tensor; {RULE}"
+                ),
+            ),
+            None => Some(ModelError::Data {
+                file: file.to_string(),
+                problem: format!(
+                    "the safetensors header gives no tensor any byte, but the file holds \
+                     {data_len} bytes of tensor data; {RULE}"
+                ),
+            }),
+        };
+    }
+    // An empty tensor sits between two others (or at either end), never inside one: the
+    // library reads the spans in order, and one at byte k inside [b, e) breaks the chain.
+    // (The non-empty spans are sorted and disjoint: the one that could hold byte k is the last
+    // that starts before it, found by bisection, so a header of many tensors stays linear.)
+    let full: Vec<(u64, u64, usize)> = spans.iter().copied().filter(|(b, e, _)| b < e).collect();
+    for &(at, _, i) in spans.iter().filter(|(b, e, _)| b == e) {
+        let before = full.partition_point(|(b, _, _)| *b < at);
+        if let Some(&(b, e, a)) = before.checked_sub(1).map(|j| &full[j])
+            && at < e
+        {
+            return fault(
+                i,
+                format!(
+                    "is empty at byte {at}, inside tensor `{}` at [{b}, {e}]; expected an empty \
+                     tensor between two others, as the safetensors format requires",
+                    tensors[a].name
+                ),
+            );
+        }
+    }
+    None
+}
+
+/// The first tensor whose bytes are another's. `spans` are (begin, end, index into `tensors`),
+/// sorted. Each span must start at or after the furthest end seen so far (not only the previous
+/// span's: one long tensor can cover several). Empty spans are skipped: they hold no bytes, so
+/// they can share none, and skipping them everywhere keeps them from hiding an overlap between
+/// the spans around them.
+fn overlap(file: &str, tensors: &[TensorInfo], spans: &[(u64, u64, usize)]) -> Option<ModelError> {
     let mut furthest: Option<(u64, u64, usize)> = None;
-    for (begin, end, i) in spans {
+    for &(begin, end, i) in spans {
         if begin == end {
             continue;
         }
@@ -847,17 +935,180 @@ mod tests {
             "m.safetensors: tensor `c` has data_offsets [600, 700] overlapping tensor `big` at \
              [0, 1000]; expected each tensor's bytes to be its own"
         );
-        // A tensor after the long one's end, and empty tensors anywhere inside the data, are
-        // not overlaps.
+        // A tensor after the long one's end, and empty tensors between two others or at either
+        // end of the data, are not overlaps.
         let h = header(
             r#"{"big":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]},
-                "z":{"dtype":"U8","shape":[0],"data_offsets":[500,500]},
+                "z":{"dtype":"U8","shape":[0],"data_offsets":[1000,1000]},
                 "e":{"dtype":"U8","shape":[0],"data_offsets":[0,0]},
+                "f":{"dtype":"U8","shape":[0],"data_offsets":[1100,1100]},
                 "c":{"dtype":"U8","shape":[100],"data_offsets":[1000,1100]}}"#,
             1100,
         )
         .unwrap();
         assert_eq!(h.elements_by_dtype()["U8"], 1100);
+        // An empty tensor inside another's bytes breaks the format's chain of spans.
+        let err = header(
+            r#"{"big":{"dtype":"U8","shape":[1000],"data_offsets":[0,1000]},
+                "z":{"dtype":"U8","shape":[0],"data_offsets":[500,500]}}"#,
+            1000,
+        )
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            err,
+            "m.safetensors: tensor `z` is empty at byte 500, inside tensor `big` at [0, 1000]; \
+             expected an empty tensor between two others, as the safetensors format requires"
+        );
+    }
+
+    /// The `safetensors` crate's rule, as it is written there, to hold [`layout`] to: sorted by
+    /// offsets, each span starts where the last ended, from 0, and the last ends at the data's end.
+    fn library_accepts(spans: &[(u64, u64)], data_len: u64) -> bool {
+        let mut sorted = spans.to_vec();
+        sorted.sort_unstable();
+        let mut start = 0;
+        for (s, e) in sorted {
+            if s != start || e < s {
+                return false;
+            }
+            start = e;
+        }
+        start == data_len
+    }
+
+    fn checked(spans: &[(u64, u64)], data_len: u64) -> Option<ModelError> {
+        let tensors: Vec<TensorInfo> = (0..spans.len())
+            .map(|i| TensorInfo {
+                name: format!("t{i}"),
+                dtype: "U8",
+                elements: spans[i].1 - spans[i].0,
+                bytes: spans[i].1 - spans[i].0,
+            })
+            .collect();
+        let with_index = spans.iter().enumerate().map(|(i, &(b, e))| (b, e, i)).collect();
+        layout("m.safetensors", &tensors, with_index, data_len)
+    }
+
+    proptest::proptest! {
+        /// Arbitrary spans within the data: accepted exactly when the library would load them.
+        #[test]
+        fn spans_are_accepted_exactly_as_the_library_accepts_them(
+            raw in proptest::collection::vec((0u64..24, 0u64..6), 0..7),
+            data_len in 0u64..30,
+        ) {
+            let spans: Vec<(u64, u64)> = raw
+                .iter()
+                .map(|&(b, len)| (b.min(data_len), (b + len).min(data_len)))
+                .collect();
+            let fault = checked(&spans, data_len);
+            proptest::prop_assert_eq!(fault.is_none(), library_accepts(&spans, data_len), "{:?}", fault);
+        }
+
+        /// A valid layout in any order is read; a gap opened anywhere in it is refused, naming
+        /// the tensors on each side of it (or the one after it, at the start; or the last one,
+        /// at the end), and the bytes nobody claims.
+        #[test]
+        fn a_gap_anywhere_is_refused_naming_its_neighbours(
+            sizes in proptest::collection::vec(1u64..50, 1..12),
+            at in 0usize..12,
+            gap in 1u64..100,
+            rotate in 0usize..12,
+        ) {
+            let mut spans = Vec::new();
+            let mut offset = 0;
+            for (i, size) in sizes.iter().enumerate() {
+                if i == at {
+                    offset += gap;
+                }
+                spans.push((offset, offset + size));
+                offset += size;
+            }
+            let at = at.min(sizes.len());
+            let data_len = offset + if at == sizes.len() { gap } else { 0 };
+            let intact: Vec<(u64, u64)> = {
+                let mut o = 0;
+                sizes.iter().map(|s| { o += s; (o - s, o) }).collect()
+            };
+            let mut shuffled = intact.clone();
+            shuffled.rotate_left(rotate % sizes.len());
+            let total: u64 = sizes.iter().sum();
+            let whole = checked(&shuffled, total);
+            proptest::prop_assert!(whole.is_none(), "{:?}", whole);
+            let err = checked(&spans, data_len).expect("a gap is refused").to_string();
+            let (from, to) = if at == sizes.len() {
+                (data_len - gap, data_len)
+            } else {
+                (spans[at].0 - gap, spans[at].0)
+            };
+            let bytes = format!("bytes {from} to {to} belong to no tensor");
+            proptest::prop_assert!(err.contains(&bytes), "{}", err);
+            if at < sizes.len() {
+                let after = format!("tensor `t{at}` ");
+                proptest::prop_assert!(err.contains(&after), "{}", err);
+            }
+            if at > 0 {
+                let before = format!("tensor `t{}`", at - 1);
+                proptest::prop_assert!(err.contains(&before), "{}", err);
+            }
+        }
+    }
+
+    /// Issue 32: data that no tensor claims (a gap between two tensors, before the first or
+    /// after the last) is refused, naming the tensors on each side; the spans that do cover the
+    /// data exactly, in any order in the header, are read.
+    #[test]
+    fn a_gap_in_the_data_is_refused_naming_the_tensors_around_it() {
+        let rule = "expected the tensors to cover the data exactly, one after another from byte \
+                    0 to its end, as the safetensors format requires";
+        for (json, data_len, says) in [
+            (
+                r#"{"b":{"dtype":"U8","shape":[10],"data_offsets":[20,30]},
+                    "a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]}}"#,
+                30,
+                format!(
+                    "m.safetensors: tensor `b` starts at byte 20 of the data but tensor `a` \
+                     before it ends at byte 10: bytes 10 to 20 belong to no tensor; {rule}"
+                ),
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[10],"data_offsets":[4,14]}}"#,
+                14,
+                format!(
+                    "m.safetensors: tensor `a` is the first tensor and starts at byte 4 of the \
+                     data: bytes 0 to 4 belong to no tensor; {rule}"
+                ),
+            ),
+            (
+                r#"{"a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]},
+                    "e":{"dtype":"U8","shape":[0],"data_offsets":[10,10]}}"#,
+                16,
+                format!(
+                    "m.safetensors: tensor `a` is the last tensor and ends at byte 10, but the \
+                     file holds 16 bytes of tensor data: bytes 10 to 16 belong to no tensor; \
+                     {rule}"
+                ),
+            ),
+            (
+                r#"{"__metadata__":{"format":"pt"}}"#,
+                8,
+                format!(
+                    "m.safetensors: the safetensors header gives no tensor any byte, but the \
+                     file holds 8 bytes of tensor data; {rule}"
+                ),
+            ),
+        ] {
+            let err = header(json, data_len).unwrap_err().to_string();
+            assert_eq!(err, says);
+        }
+        let h = header(
+            r#"{"b":{"dtype":"F16","shape":[5],"data_offsets":[10,20]},
+                "a":{"dtype":"U8","shape":[10],"data_offsets":[0,10]}}"#,
+            20,
+        )
+        .unwrap();
+        assert_eq!(h.tensors.len(), 2);
+        assert!(header("{}", 0).unwrap().tensors.is_empty());
     }
 
     /// Issue 27: a name given twice was collapsed by the JSON reader (10 elements counted, not
