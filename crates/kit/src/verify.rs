@@ -530,7 +530,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         lab_io::files::open_input(path).map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
             reason: lab_io::files::os_message(&e),
-        kind: e.kind(),
+            kind: e.kind(),
         })
     };
     // The layout first, by this tool's own reading: bounded, and before the zip library reads
@@ -541,7 +541,7 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         .map_err(|e| VerifyError::Open {
             path: path.to_path_buf(),
             reason: lab_io::files::os_message(&e),
-        kind: e.kind(),
+            kind: e.kind(),
         })?
         .len();
     let layout = crate::structure::layout(&mut raw, len).map_err(|reason| VerifyError::NotZip {

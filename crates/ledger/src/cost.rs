@@ -437,7 +437,11 @@ mod tests {
         let total = totals(&rows, &costs);
         assert_eq!(total[0].unit_price_cents, None);
         assert!(
-            total[0].no_unit_price.as_deref().unwrap().contains("rounds to 0"),
+            total[0]
+                .no_unit_price
+                .as_deref()
+                .unwrap()
+                .contains("rounds to 0"),
             "{total:?}"
         );
     }

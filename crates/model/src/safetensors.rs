@@ -986,7 +986,11 @@ mod tests {
                 bytes: spans[i].1 - spans[i].0,
             })
             .collect();
-        let with_index = spans.iter().enumerate().map(|(i, &(b, e))| (b, e, i)).collect();
+        let with_index = spans
+            .iter()
+            .enumerate()
+            .map(|(i, &(b, e))| (b, e, i))
+            .collect();
         layout("m.safetensors", &tensors, with_index, data_len)
     }
 

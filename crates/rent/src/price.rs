@@ -307,7 +307,10 @@ mod tests {
             "{err}"
         );
         let err = unit_price_cents(60_000, u64::MAX).unwrap_err().to_string();
-        assert!(err.contains("18446744073709551615 accepted results"), "{err}");
+        assert!(
+            err.contains("18446744073709551615 accepted results"),
+            "{err}"
+        );
         assert!(err.contains("at most 1199999999 accepted results"), "{err}");
         // A free package is free per result.
         assert_eq!(unit_price_cents(0, u64::MAX).unwrap().to_string(), "0.0000");

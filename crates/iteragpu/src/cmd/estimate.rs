@@ -36,7 +36,9 @@ checkpoint stores (linear layers packed; embeddings, lm_head, norms, biases and 
 bits; scales and zero points per group, from the config or 128-column groups).
 --model takes a model folder (config.json and/or *.safetensors, sharded or not) or a config.json:
 with safetensors files the count and bytes are exact from their headers (the tensor data is never
-read); with config.json alone the count comes from the architecture's formula.
+read; a header whose tensors do not cover the data exactly, from byte 0 to its end with no gap
+or overlap, as the format requires, is refused naming the tensors); with config.json alone the
+count comes from the architecture's formula.
 GiB = 2^30 bytes, GB = 10^9 bytes, both rounded half to even at 4 decimals.
 Not included unless asked: activations, KV cache (--context), quantisation metadata
 (--group-size), gradients and optimizer state (--training adam), runtime libraries and CUDA

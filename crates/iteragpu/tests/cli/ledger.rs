@@ -1767,9 +1767,17 @@ fn normalise(text: &str) -> String {
 fn record_counts_are_plain_digits() {
     for (option, value, says) in [
         ("--submitted", "+3", "units submitted `+3` has a `+` sign"),
-        ("--submitted", "03", "units submitted `03` has a leading zero"),
+        (
+            "--submitted",
+            "03",
+            "units submitted `03` has a leading zero",
+        ),
         ("--submitted", "0", "units submitted `0` is zero"),
-        ("--accepted", " 3", "units accepted ` 3` has spaces around the digits"),
+        (
+            "--accepted",
+            " 3",
+            "units accepted ` 3` has spaces around the digits",
+        ),
         ("--accepted", "-1", "units accepted `-1` is negative"),
     ] {
         let mut args = vec![

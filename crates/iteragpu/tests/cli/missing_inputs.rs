@@ -37,7 +37,11 @@ const CASES: &[&str] = &[
     "environment --package b200:7:1 --catalogue {M}",
 ];
 
-fn run(line: &str, dir: &std::path::Path, missing: &std::path::Path) -> (Option<i32>, String, String) {
+fn run(
+    line: &str,
+    dir: &std::path::Path,
+    missing: &std::path::Path,
+) -> (Option<i32>, String, String) {
     let args: Vec<String> = line
         .split_whitespace()
         .map(|a| {
