@@ -9,8 +9,9 @@
 //! and data that no tensor claims (a gap between two tensors, before the first or after the
 //! last) are all refused with the file and the tensors named. The spans follow the format's own
 //! rule (the `safetensors` crate's `validate`): sorted by offsets, they cover the data exactly,
-//! from 0 to its end, each starting where the one before it ends ([`layout`]). (The `safetensors` crate validates the
-//! same way but wants the whole file in memory or mapped; this reader needs only the header.)
+//! from 0 to its end, each starting where the one before it ends (see `layout`). (The
+//! `safetensors` crate validates the same way but wants the whole file in memory or mapped; this
+//! reader needs only the header.)
 //!
 //! The JSON is read from the file as a stream, entry by entry, into compact [`TensorInfo`]s: no
 //! JSON tree is built and the text is never held whole, so time stays linear in the header and
