@@ -21,10 +21,19 @@ pub mod slurm;
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// The plan document beside the node folders, written by `fleet slurm` and `fleet skypilot`
+/// before any node runs: what `fleet check` holds the nodes to.
+pub const PLAN_FILE: &str = "fleet.json";
+/// The job's id, written by the job itself (the batch script, or every SkyPilot node) before
+/// its first check: the documents of another job in the folder are foreign.
+pub const JOB_FILE: &str = "fleet.job";
+/// The schema of [`PLAN_FILE`].
+pub const PLAN_SCHEMA: &str = "iteragpu.fleet-plan.v1";
 
 /// One check every node runs, in this order when several are asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Check {
     /// `iteragpu environment --json`: the driver, the libraries and every GPU of the node.
@@ -81,7 +90,7 @@ pub fn parse_checks(text: &str) -> Result<Vec<Check>, Error> {
 }
 
 /// Which device the checks open on every node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
     /// Every GPU of the node (`environment --device all`, `probe --device all`, `measure
@@ -93,7 +102,7 @@ pub enum Device {
 }
 
 /// What one fleet run is: the package, its nodes and what each node runs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The package as written, `GPU:DAYS:LOTS` (`b200:7:4`).
     pub package: String,
@@ -210,10 +219,7 @@ impl Plan {
     pub fn to_json(&self) -> String {
         let mut value = serde_json::to_value(self).expect("a plan serialises");
         if let Some(map) = value.as_object_mut() {
-            map.insert(
-                "schema".to_string(),
-                serde_json::Value::from("iteragpu.fleet-plan.v1"),
-            );
+            map.insert("schema".to_string(), serde_json::Value::from(PLAN_SCHEMA));
             map.insert(
                 "gpus_per_node".to_string(),
                 serde_json::Value::from(self.gpus_per_node()),

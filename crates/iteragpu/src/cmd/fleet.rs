@@ -153,9 +153,18 @@ Examples:
   iteragpu fleet check /shared/fleet
   iteragpu fleet check /shared/fleet --package b200:7:4 --nodes 4 --json
 
-Reads DIR/<node>/<check>.json, <check>.exit and <check>.err of every node folder (as `fleet
-slurm` and `fleet skypilot` lay them out). Exit codes: 0 every node ran every check, no outlier,
-the package matches; 1 otherwise; 2 a DIR that is not a fleet's folder, or bad options.")]
+Reads DIR/fleet.json (the plan), DIR/fleet.job, DIR/nodes.txt and DIR/<node>/<check>.json,
+<check>.exit and <check>.err of every node folder (as `fleet slurm` and `fleet skypilot` lay them
+out). The plan is the contract: every node x check must have left a complete document with exit
+0, from the plan's job. A missing, empty, partial, failed, killed or cancelled step, another
+job's documents, a node name, rank or GPU UUID in two folders, a GPU warning in a node's own
+documents (ECC, remapped rows, throttling, power cap, NVLink, below its datasheet share) and an
+outlier across nodes are findings, each saying whether it fails the verdict or warns, and why.
+Without a plan the verdict says what it could not check. The package is the plan's (GPU plans)
+unless --package names one. Printed: the verdict first, then the findings, then the nodes and the
+table (--table for all of it).
+Exit codes: 0 no finding fails the fleet; 1 one does; 2 a DIR that is not a fleet's folder, or
+bad options.")]
 pub struct CheckArgs {
     /// The fleet's folder: one sub-folder per node.
     #[arg(value_name = "DIR")]
@@ -175,6 +184,10 @@ pub struct CheckArgs {
     /// Print the verdict as one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print every node and every row of the node x GPU table [default: at most 16 of each,
+    /// the failing ones and the outliers first, the rest summarised per figure].
+    #[arg(long)]
+    pub table: bool,
 }
 
 fn parse_checks(text: &str) -> Result<Checks, String> {
@@ -390,7 +403,7 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         ..CheckOptions::default()
     };
     let verdict = fleet::check::check(&dir, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
-    output::print_text(&fleet::check::render(&verdict))?;
+    output::print_text(&fleet::check::render(&verdict, false))?;
     Ok(if ok && status.success() && verdict.exit_code() == 0 {
         ExitCode::SUCCESS
     } else {
@@ -398,18 +411,58 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
+/// The package a fleet check holds the nodes to: `--package`, else the plan's when it runs on
+/// GPUs; the sentence says why none when the plan's cannot be read from the catalogue.
+fn check_package(
+    given: Option<&Package>,
+    catalogue: Option<&Path>,
+    plan: Option<&Plan>,
+) -> anyhow::Result<(Option<lab::lot::Expectation>, Option<String>)> {
+    if given.is_some() {
+        return Ok((expectation(given, catalogue)?, None));
+    }
+    let Some(plan) = plan.filter(|p| p.device == Device::Gpu) else {
+        return Ok((None, None));
+    };
+    let resolved = parse_package(&plan.package)
+        .map_err(|e| anyhow::anyhow!(e))
+        .and_then(|p| expectation(Some(&p), catalogue));
+    Ok(match resolved {
+        Ok(e) => (e, None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "the plan's package {}: {e} (give --package or --catalogue)",
+                plan.package
+            )),
+        ),
+    })
+}
+
 fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let plan = fleet::check::read_plan(&args.dir).ok().flatten();
+    let (package, why_not) = check_package(
+        args.package.as_ref(),
+        args.catalogue.as_deref(),
+        plan.as_ref(),
+    )?;
     let options = CheckOptions {
-        package: expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+        package,
         datasheet: datasheet(args.datasheet.as_deref())?,
         nodes: args.nodes,
         ..CheckOptions::default()
     };
-    let verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
+    let mut verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
+    if let Some(why) = why_not {
+        verdict
+            .not_checked
+            .retain(|n| !n.starts_with("the package"));
+        verdict.not_checked.push(why);
+    }
     if args.json {
         output::print_json(&verdict)?;
     } else {
-        output::print_text(&fleet::check::render(&verdict))?;
+        output::print_text(&fleet::check::render(&verdict, args.table))?;
     }
     Ok(ExitCode::from(verdict.exit_code()))
 }
