@@ -55,6 +55,10 @@ const PLAN_LIMIT: u64 = 1 << 20;
 const ERROR_LINE_CHARS: usize = 400;
 /// The most of the batch script's own output read for Slurm's cancel lines.
 const SLURM_OUT_LIMIT: u64 = 4 << 20;
+/// What `fleet slurm --submit` wrote of Slurm's own account of the job once it ended: its
+/// state, reason and exit code (`scontrol show job`), `sacct`'s lines where accounting runs, and
+/// the job's nodes Slurm marks down or drained.
+pub const SLURM_ACCOUNT_FILE: &str = "fleet.slurm.json";
 /// The most table rows printed without `--table` (outliers and failing GPUs always are).
 pub const TABLE_ROWS: usize = 16;
 
@@ -859,6 +863,54 @@ pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetEr
             "a job or step Slurm ended did not run its checks to the end",
             json!({"node": node, "line": line}),
         ));
+    }
+    if let Ok(Some(bytes)) = read_regular(
+        &dir.join(SLURM_ACCOUNT_FILE),
+        SMALL_FILE_LIMIT,
+        "Slurm's account of the job",
+    ) && let Ok(account) = serde_json::from_slice::<Value>(&bytes)
+    {
+        let text = |k: &str| account.get(k).and_then(Value::as_str).map(str::to_string);
+        if let Some(state) = text("state").filter(|s| s != "COMPLETED") {
+            findings.push(FleetFinding::fails(
+                "slurm_job_state",
+                None,
+                format!(
+                    "Slurm says job {} ended {state}{}{}",
+                    text("job").unwrap_or_default(),
+                    text("reason")
+                        .filter(|r| r != "None")
+                        .map(|r| format!(" (reason {r})"))
+                        .unwrap_or_default(),
+                    text("exit_code")
+                        .map(|c| format!(", exit code {c}"))
+                        .unwrap_or_default()
+                ),
+                "a job that did not complete did not run every check on every node",
+                account.clone(),
+            ));
+        }
+        for d in account
+            .get("down")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let node = d.get("node").and_then(Value::as_str).unwrap_or("?");
+            findings.push(FleetFinding::fails(
+                "slurm_node_down",
+                Some(node),
+                format!(
+                    "node {node}: Slurm marks it {} ({})",
+                    d.get("state").and_then(Value::as_str).unwrap_or("down"),
+                    d.get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no reason given")
+                ),
+                "a node Slurm lost could not run its checks",
+                d.clone(),
+            ));
+        }
     }
     let mut nodes = Vec::new();
     for n in &read {

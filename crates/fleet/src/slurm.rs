@@ -11,6 +11,7 @@
 //! | --- | --- |
 //! | `DIR/fleet.sbatch` | this script |
 //! | `DIR/fleet.json` | the plan: package, nodes, GPUs per node, checks, device |
+//! | `DIR/fleet.job` | the job's id, written first; the job refuses a folder of another job |
 //! | `DIR/nodes.txt` | the allocation's node names, one a line, written before the first step |
 //! | `DIR/slurm-<job>.out` | the batch script's own output |
 //! | `DIR/<node>/<check>.json` | the check's document |
@@ -76,6 +77,9 @@ pub fn validate(allocation: &Allocation) -> Result<(), Error> {
 
 /// The per-node step every `srun` runs: `bash -c "$STEP" fleet-step CHECK LIMIT BINARY ARGS...`.
 const STEP: &str = r#"check=$1; limit=$2; shift 2
+# Slurm ends a step (its time limit, scancel) with SIGTERM, then SIGKILL: the trap waits for the
+# check to end and still writes its exit code and the cause.
+ended=; trap 'ended=1' TERM INT
 node=${SLURMD_NODENAME:?slurmd sets SLURMD_NODENAME}
 case $node in ''|.|..|*/*) echo "fleet-step: unusable node name '$node'" >&2; exit 1 ;; esac
 out=$FLEET_DIR/$node
@@ -87,7 +91,10 @@ else
     timeout --kill-after=10 "$limit" "$@" >"$check.stdout" 2>"$check.stderr"
 fi
 rc=$?
-if [ "$rc" -ne 0 ]; then
+if [ -n "$ended" ]; then
+    [ "$rc" -ne 0 ] || rc=143
+    printf '%s\n' "ended by Slurm with SIGTERM (the step's time limit, scancel, or the node going down)" >"$check.err"
+elif [ "$rc" -ne 0 ]; then
     line=$(grep -m1 -i 'error' "$check.stderr" 2>/dev/null)
     [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$check.stderr" 2>/dev/null | tail -n 1)
     [ "$rc" -eq 124 ] && [ -z "$line" ] && line="timed out after $limit s"
@@ -96,6 +103,18 @@ if [ "$rc" -ne 0 ]; then
 fi
 printf '%s\n' "$rc" >"$check.exit.tmp" && mv -f "$check.exit.tmp" "$check.exit"
 exit "$rc""#;
+
+/// The batch script's first lines after the set-up: `fleet.job` is written once, by this job.
+const JOB_GUARD: &str = r#"if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then
+    echo "iteragpu fleet: job $SLURM_JOB_ID was restarted (requeued $SLURM_RESTART_COUNT time(s)); its first run's files are in $FLEET_DIR: not running again into them" >&2
+    exit 1
+fi
+if [ -e "$FLEET_DIR/fleet.job" ] && [ "$(cat "$FLEET_DIR/fleet.job")" != "$SLURM_JOB_ID" ]; then
+    echo "iteragpu fleet: $FLEET_DIR belongs to job $(head -c 64 "$FLEET_DIR/fleet.job"), not $SLURM_JOB_ID: a fleet run writes into a folder of its own" >&2
+    exit 1
+fi
+printf '%s\n' "$SLURM_JOB_ID" >"$FLEET_DIR/fleet.job"
+"#;
 
 /// The batch script for `plan`, its results under `dir` (an absolute path every node sees).
 pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String, Error> {
@@ -136,6 +155,7 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
         "#
 # What the job writes (DIR is the folder above, <node> is $SLURMD_NODENAME):
 #   DIR/fleet.json               the plan: package, nodes, GPUs per node, checks, device
+#   DIR/fleet.job                the job's id, written first (a folder of another job is refused)
 #   DIR/nodes.txt                the allocation's node names, one a line, before the first step
 #   DIR/slurm-<job>.out          this script's own output
 #   DIR/<node>/<check>.json      the check's document
@@ -150,6 +170,9 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     let _ = writeln!(s, "#SBATCH --nodes={n}");
     let _ = writeln!(s, "#SBATCH --ntasks-per-node=1");
     let _ = writeln!(s, "#SBATCH --exclusive");
+    // A requeued job runs again into the same folder: the first run's files make healthy nodes
+    // fail and hide the node that died. One run, one folder.
+    let _ = writeln!(s, "#SBATCH --no-requeue");
     if plan.device == Device::Gpu {
         let _ = writeln!(s, "#SBATCH --gpus-per-node={}", plan.gpus_per_node());
     }
@@ -182,6 +205,9 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     s.push_str("STEP=$(cat <<'FLEET_STEP'\n");
     s.push_str(STEP);
     s.push_str("\nFLEET_STEP\n)\n");
+    // The folder belongs to one job: its id is written first, and a folder of another job, or
+    // a restart of this one, is refused before any node writes.
+    s.push_str(JOB_GUARD);
     s.push_str("scontrol show hostnames \"$SLURM_JOB_NODELIST\" >\"$FLEET_DIR/nodes.txt\"\n");
     let _ = writeln!(
         s,

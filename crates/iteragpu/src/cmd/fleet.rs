@@ -99,9 +99,16 @@ pub struct SlurmArgs {
     /// a fleet.sbatch yet.
     #[arg(long, value_name = "DIR")]
     pub output: PathBuf,
-    /// Submit with `sbatch --wait`, then read every node's exit codes.
+    /// Submit with `sbatch --wait`, then read every node's exit codes and judge the folder.
     #[arg(long)]
     pub submit: bool,
+    /// Refused: the script says `--no-requeue`, because a requeued job runs again into the
+    /// same folder (the first run's files make healthy nodes fail and hide the dead one).
+    #[arg(long)]
+    pub requeue: bool,
+    /// Print one JSON document (the files written; with --submit the job and the verdict).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `fleet skypilot`.
@@ -254,7 +261,91 @@ fn plan(common: &Common, binary: String) -> anyhow::Result<Plan> {
     Ok(plan)
 }
 
+/// Whether Slurm knows the partition: `Ok(None)` yes or cannot tell (no `sinfo`), `Ok(Some)`
+/// the sentence that refuses it.
+fn missing_partition(partition: &str) -> Option<String> {
+    let out = std::process::Command::new("sinfo")
+        .args(["-h", "-o", "%R"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let known: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    (!known.iter().any(|k| k == partition)).then(|| {
+        format!(
+            "--partition {partition}: Slurm has no such partition (sinfo lists: {}); nothing was written",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )
+    })
+}
+
+/// What Slurm says of a finished job: `scontrol show job` (kept a while after the end), `sacct`
+/// where accounting runs, and the job's nodes that are down or drained (`sinfo`).
+fn slurm_account(job: &str) -> serde_json::Value {
+    let run = |tool: &str, args: &[&str]| {
+        std::process::Command::new(tool)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    let show = run("scontrol", &["show", "job", "-o", job]).unwrap_or_default();
+    let field = |name: &str| {
+        show.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .map(str::to_string)
+    };
+    let nodes: Vec<String> = field("NodeList")
+        .filter(|n| n != "(null)")
+        .and_then(|n| run("scontrol", &["show", "hostnames", &n]))
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut down = Vec::new();
+    if !nodes.is_empty() {
+        let list = nodes.join(",");
+        for line in run("sinfo", &["-h", "-N", "-n", &list, "-o", "%N|%t|%E"])
+            .unwrap_or_default()
+            .lines()
+        {
+            let parts: Vec<&str> = line.split('|').collect();
+            if let [node, state, reason] = parts[..] {
+                let state = state.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+                if ["down", "drain", "drng", "drained", "fail", "failg", "unk"].contains(&state) {
+                    down.push(serde_json::json!({"node": node, "state": state, "reason": reason}));
+                }
+            }
+        }
+    }
+    let sacct = run(
+        "sacct",
+        &["-j", job, "-n", "-P", "-o", "JobID,State,ExitCode,NodeList"],
+    );
+    serde_json::json!({
+        "job": job,
+        "state": field("JobState"),
+        "reason": field("Reason"),
+        "exit_code": field("ExitCode"),
+        "nodes": nodes,
+        "down": down,
+        "sacct": sacct.map(|t| t.lines().map(str::to_string).collect::<Vec<_>>()),
+    })
+}
+
 fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
+    if args.requeue {
+        return Err(usage(
+            "--requeue is refused: a requeued job runs again into the same folder, where the first run's files make healthy nodes fail and hide the node that died; the script says --no-requeue, submit again into a new --output instead",
+        ));
+    }
     let binary = match &args.binary {
         Some(b) => absolute(b)?,
         None => std::env::current_exe()?,
@@ -270,6 +361,20 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         partition: args.partition.clone(),
         time: args.time.clone(),
     };
+    // Everything that can be refused is refused before a folder is made.
+    slurm::validate(&allocation).map_err(|e| usage(e.to_string()))?;
+    if let Some(p) = &allocation.partition
+        && let Some(why) = missing_partition(p)
+    {
+        return Err(usage(why));
+    }
+    if args.output.join(slurm::SCRIPT).symlink_metadata().is_ok() {
+        return Err(usage(format!(
+            "{} already holds a {}: a fleet run writes into a folder of its own; choose a new --output",
+            args.output.display(),
+            slurm::SCRIPT
+        )));
+    }
     std::fs::create_dir_all(&args.output).map_err(|e| {
         usage(format!(
             "cannot create the folder {}: {}",
@@ -311,6 +416,16 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         plan.gpus_per_node()
     );
     if !args.submit {
+        if args.json {
+            output::print_json(&serde_json::json!({
+                "schema": "iteragpu.fleet-slurm/1",
+                "script": script_path,
+                "plan": dir.join(slurm::PLAN),
+                "submit": format!("sbatch --wait {}", script_path.display()),
+                "submitted": false,
+            }))?;
+            return Ok(ExitCode::SUCCESS);
+        }
         let _ = writeln!(
             out,
             "submit: sbatch --wait {}\nresults: {}/<node>/<check>.json, .exit, .err",
@@ -320,19 +435,39 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         output::print_text(&out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    output::print_text(&out)?;
-    let status = std::process::Command::new("sbatch")
-        .arg("--wait")
+    if !args.json {
+        output::print_text(&out)?;
+    }
+    let child = std::process::Command::new("sbatch")
+        .args(["--wait", "--parsable"])
         .arg(&script_path)
-        .status()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
                 "could not start sbatch ({}): is Slurm's client installed here?",
                 files::os_message(&e)
             )
         })?;
-    let exits = slurm::read_exits(&dir, &plan.checks);
+    let waited = child.wait_with_output()?;
+    let status = waited.status;
+    // `--parsable` prints `JOBID` or `JOBID;CLUSTER` once the job is queued.
+    let job: Option<String> = String::from_utf8_lossy(&waited.stdout)
+        .lines()
+        .next()
+        .and_then(|l| l.split(';').next())
+        .map(|j| j.trim().to_string())
+        .filter(|j| !j.is_empty() && j.chars().all(|c| c.is_ascii_digit()));
     let mut out = String::new();
+    if let Some(j) = &job {
+        let _ = writeln!(out, "Submitted batch job {j}");
+        let account = slurm_account(j);
+        let _ = files::write_new(
+            &dir.join(fleet::check::SLURM_ACCOUNT_FILE),
+            (serde_json::to_string_pretty(&account)? + "\n").as_bytes(),
+        );
+    }
+    let exits = slurm::read_exits(&dir, &plan.checks);
     let _ = writeln!(
         out,
         "sbatch --wait: {} ({})",
@@ -390,7 +525,6 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
             "FAILED: a node's check failed or did not run"
         }
     );
-    output::print_text(&out)?;
     let options = CheckOptions {
         // The CPU reference device has no GPU to hold to the package.
         package: match plan.device {
@@ -403,8 +537,23 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         ..CheckOptions::default()
     };
     let verdict = fleet::check::check(&dir, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
-    output::print_text(&fleet::check::render(&verdict, false))?;
-    Ok(if ok && status.success() && verdict.exit_code() == 0 {
+    let success = ok && status.success() && verdict.exit_code() == 0;
+    if args.json {
+        output::print_json(&serde_json::json!({
+            "schema": "iteragpu.fleet-slurm/1",
+            "script": script_path,
+            "plan": dir.join(slurm::PLAN),
+            "submitted": true,
+            "job": job,
+            "sbatch_exit_code": status.code(),
+            "verdict": verdict,
+            "ok": success,
+        }))?;
+    } else {
+        output::print_text(&out)?;
+        output::print_text(&fleet::check::render(&verdict, false))?;
+    }
+    Ok(if success {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
