@@ -147,6 +147,9 @@ pub struct SkypilotArgs {
     /// The task YAML to create; it must not exist yet.
     #[arg(long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Print one JSON document (the task written, its nodes and accelerators, the launch line).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The `--checks` list, in run order.
@@ -438,7 +441,7 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
     if !args.json {
         output::print_text(&out)?;
     }
-    let child = std::process::Command::new("sbatch")
+    let mut child = std::process::Command::new("sbatch")
         .args(["--wait", "--parsable"])
         .arg(&script_path)
         .stdout(std::process::Stdio::piped())
@@ -449,18 +452,51 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
                 files::os_message(&e)
             )
         })?;
-    let waited = child.wait_with_output()?;
-    let status = waited.status;
     // `--parsable` prints `JOBID` or `JOBID;CLUSTER` once the job is queued.
-    let job: Option<String> = String::from_utf8_lossy(&waited.stdout)
-        .lines()
+    let mut first = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut first);
+    }
+    let job: Option<String> = first
+        .split(';')
         .next()
-        .and_then(|l| l.split(';').next())
         .map(|j| j.trim().to_string())
         .filter(|j| !j.is_empty() && j.chars().all(|c| c.is_ascii_digit()));
+    let say = |line: &str| {
+        // With --json, stdout holds one document: the progress goes to stderr.
+        if args.json {
+            eprintln!("{line}");
+        } else {
+            let _ = output::print_text(&format!("{line}\n"));
+        }
+    };
+    if let Some(j) = &job {
+        say(&format!("Submitted batch job {j}"));
+    }
+    // While the job waits, say why, each time Slurm's reason changes (`squeue -h -o %T %r`).
+    let mut last = String::new();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if let Some(j) = &job
+            && let Ok(q) = std::process::Command::new("squeue")
+                .args(["-h", "-j", j, "-o", "%T %r"])
+                .output()
+        {
+            let now = String::from_utf8_lossy(&q.stdout).trim().to_string();
+            if now.starts_with("PENDING") && now != last {
+                say(&format!(
+                    "job {j} is pending: {}",
+                    now.trim_start_matches("PENDING").trim()
+                ));
+            }
+            last = now;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    };
     let mut out = String::new();
     if let Some(j) = &job {
-        let _ = writeln!(out, "Submitted batch job {j}");
         let account = slurm_account(j);
         let _ = files::write_new(
             &dir.join(fleet::check::SLURM_ACCOUNT_FILE),
@@ -644,6 +680,20 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
     };
     let yaml = fleet::skypilot::task(&plan, &task).map_err(|e| usage(e.to_string()))?;
     let _ = files::write_new(&args.output, yaml.as_bytes()).map_err(|e| usage(e.to_string()))?;
+    if args.json {
+        output::print_json(&serde_json::json!({
+            "schema": "iteragpu.fleet-skypilot/1",
+            "task": args.output,
+            "nodes": plan.nodes,
+            "accelerators": (plan.device == Device::Gpu)
+                .then(|| format!("{}:{}", plan.gpu.to_ascii_uppercase(), plan.gpus_per_node())),
+            "device": plan.device,
+            "checks": plan.checks,
+            "plan": serde_json::from_str::<serde_json::Value>(&plan.to_json())?,
+            "launch": format!("sky launch -c fleet {}", args.output.display()),
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = String::new();
     if plan.device == Device::Cpu {
         let _ = writeln!(

@@ -388,6 +388,19 @@ fn a_node_20_percent_slower_is_the_fleet_outlier() {
     .success()
     .stdout(predicate::str::contains("0 run(s), 0 sweep(s), 4 probe(s)"));
     let html = std::fs::read_to_string(&page).unwrap();
+    // The page leads with the fleet's verdict and its findings.
+    let verdict = html
+        .find("<section id=\"verdict\">")
+        .expect("a verdict section");
+    assert!(verdict < html.find("<section id=\"probes\">").unwrap());
+    assert!(
+        html.contains("verdict: FAILED: 1 finding(s) fail the fleet (fleet_outlier)"),
+        "{html}"
+    );
+    assert!(
+        html.contains("FAIL fleet_outlier: node n3 cuda:1 is the fleet&#39;s outlier"),
+        "{html}"
+    );
     assert_eq!(html.matches("data-chart=\"fleet-figure\"").count(), 1);
     for rank in 0..4 {
         for gpu in 0..2 {
