@@ -675,6 +675,14 @@ pub fn lifted_effect(severity: Severity, code: &str) -> (Effect, &'static str) {
         "other_processes" | "memory_in_use" => {
             (Fails, "another process uses the GPU the renter pays for")
         }
+        "compute_mode_prohibited" => (
+            Fails,
+            "no process can run on a GPU whose compute mode is prohibited",
+        ),
+        "compute_mode_exclusive" => (
+            Warns,
+            "one process at a time: fine for one process per GPU, fatal for several",
+        ),
         "persistence_off" => (
             Warns,
             "every new process waits for the driver to set the GPU up: slower starts, same speed",

@@ -91,8 +91,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(dir: &Path) -> Cluster {
-        // Ports of their own per run: base + 17 (slurmctld), base + 101..104 (slurmd).
-        let port_base = 20000 + (std::process::id() % 300) as u16 * 128;
+        // Ports of their own per run and per cluster of the run (the tests run in parallel):
+        // base + 17 (slurmctld), base + 101..104 (slurmd).
+        static STARTED: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        let k = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+        let port_base = 20000 + ((std::process::id() % 150) as u16 * 2 + k) * 128;
         let cluster = Cluster {
             dir: dir.to_path_buf(),
             conf: dir.join("slurm.conf"),
