@@ -7,6 +7,8 @@
 //! - [`check`]: `fleet check DIR`, every node's documents, exit codes and errors judged together
 //!   (one table of node x GPU, failed or missing nodes, the package, outliers across nodes).
 //! - [`skypilot`]: the SkyPilot task YAML (`num_nodes`, accelerators per node, `setup`, `run`).
+//! - [`quote`]: the one way a value enters either file, one function per format (shell word,
+//!   YAML scalar, `#SBATCH` value), refusing line breaks and other control characters.
 //!
 //! Both lay out their results the same way, one folder per node ([`Plan`] and the module
 //! [`slurm`] say which files). This crate writes text and reads exit codes; it starts no
@@ -15,6 +17,7 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod quote;
 pub mod skypilot;
 pub mod slurm;
 
@@ -238,19 +241,6 @@ impl Plan {
     }
 }
 
-/// Quotes one word for a POSIX shell: as it is when it is plainly safe, else in single quotes.
-pub fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
 /// What a fleet plan or its options got wrong.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -279,8 +269,9 @@ pub enum Error {
         /// The node count asked for.
         nodes: u32,
     },
-    /// A value that would break the script it goes into.
-    #[error("{what} `{value}` {why}")]
+    /// A value that would break the script it goes into; the value is shown with its control
+    /// characters escaped, so the message stays one line.
+    #[error("{what} `{}` {why}", lab_io::text::printable(.value))]
     Value {
         /// Which option.
         what: &'static str,
@@ -335,14 +326,6 @@ pub(crate) mod tests {
         );
         p.nodes = 16;
         assert!(p.validate().is_err());
-    }
-
-    #[test]
-    fn words_are_quoted_for_the_shell() {
-        assert_eq!(shell_quote("/a/b-c.json"), "/a/b-c.json");
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
     }
 
     #[test]

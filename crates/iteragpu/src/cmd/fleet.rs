@@ -81,22 +81,27 @@ node and a time limit, and every node writes DIR/<node>/<check>.json, <check>.ex
 filesystem every node sees. --submit runs `sbatch --wait` on the script, then reads every node's
 exit codes. Exit codes: 0 written (with --submit: every node ran every check with exit 0), 1 a
 node's check failed or did not run, or sbatch failed, 2 bad options or a DIR that already holds
-a fleet.sbatch.")]
+a fleet.sbatch. A value with a line break or another control character (in an option or in the
+--catalogue's model name) is refused, never written into the script.")]
 pub struct SlurmArgs {
     #[command(flatten)]
     pub common: Common,
     /// The partition to run in [default: the cluster's default].
     #[arg(long, value_name = "P")]
     pub partition: Option<String>,
-    /// The job's time limit in Slurm's format (minutes, HH:MM:SS, D-HH:MM:SS) [default: the
-    /// steps' limits added up, plus 5 minutes].
+    /// The job's time limit in one of Slurm's formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM
+    /// or D-HH:MM:SS, from 1 minute to 30 days; 0 (Slurm's "no limit") and anything else, such
+    /// as 1:2:3:4, are refused, since a check must end [default: the steps' limits added up,
+    /// plus 5 minutes].
     #[arg(long, value_name = "T")]
     pub time: Option<String>,
     /// The iteragpu binary the nodes run [default: this one's absolute path].
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
-    /// The folder for the script and the nodes' results (created if missing); it must not hold
-    /// a fleet.sbatch yet.
+    /// The folder for the script and the nodes' results (created if missing, and only once
+    /// every option is accepted); it must not hold a fleet.sbatch yet. Refused, not escaped,
+    /// when its absolute path holds a space, a quote, `\`, `#`, `%` or the word hetjob or
+    /// packjob: sbatch would split it, cut it, or read it as a file-name pattern (`%j`).
     #[arg(long, value_name = "DIR")]
     pub output: PathBuf,
     /// Submit with `sbatch --wait`, then read every node's exit codes and judge the folder.
@@ -122,7 +127,8 @@ Writes a SkyPilot task: num_nodes, resources.accelerators per node (B200:2 for 8
 nodes), file_mounts that copy the wheel or the kit to every node, a setup that installs it, and
 a run that writes <results>/<rank>/<check>.json, .exit, .err, .stdout, .stderr on every node
 (rank is SKYPILOT_NODE_RANK). Launch it with `sky launch -c fleet fleet.yaml`. The output file
-must not exist.")]
+must not exist. A value with a line break or another control character (in an option or in the
+--catalogue's model name) is refused, never written into the YAML.")]
 pub struct SkypilotArgs {
     #[command(flatten)]
     pub common: Common,
@@ -230,6 +236,43 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     } else {
         std::env::current_dir()?.join(path)
     })
+}
+
+/// The absolute path `path` names once created, without creating anything: its deepest existing
+/// folder with links resolved, then the missing names (`.` dropped, `..` taking back the
+/// missing name before it, which cannot be a link), so that the script names the folder the nodes will see and a
+/// refused run creates no folder.
+fn planned_folder(path: &Path) -> anyhow::Result<PathBuf> {
+    use std::path::Component;
+    let path = absolute(path)?;
+    let mut existing = path.as_path();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        let Some(parent) = existing.parent() else {
+            break;
+        };
+        missing.push(existing.components().next_back());
+        existing = parent;
+    }
+    let mut folder = existing.canonicalize().map_err(|e| {
+        usage(format!(
+            "cannot use the folder {}: {}",
+            existing.display(),
+            files::os_message(&e)
+        ))
+    })?;
+    for component in missing.into_iter().rev().flatten() {
+        match component {
+            Component::Normal(name) => {
+                folder.push(name);
+            }
+            Component::ParentDir => {
+                folder.pop();
+            }
+            _ => {}
+        }
+    }
+    Ok(folder)
 }
 
 fn text(path: &Path, what: &str) -> anyhow::Result<String> {
@@ -364,34 +407,29 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         partition: args.partition.clone(),
         time: args.time.clone(),
     };
-    // Everything that can be refused is refused before a folder is made.
-    slurm::validate(&allocation).map_err(|e| usage(e.to_string()))?;
+    // Every check first, the folder last: a refused run leaves nothing behind.
+    let dir = planned_folder(&args.output)?;
+    let dir_text = text(&dir, "the folder")?;
+    let script = slurm::script(&plan, &allocation, &dir_text).map_err(|e| usage(e.to_string()))?;
+    let script_path = dir.join(slurm::SCRIPT);
+    // A partition Slurm does not know is refused here too, before the folder (`sinfo`).
     if let Some(p) = &allocation.partition
         && let Some(why) = missing_partition(p)
     {
         return Err(usage(why));
     }
-    if args.output.join(slurm::SCRIPT).symlink_metadata().is_ok() {
-        return Err(usage(format!(
-            "{} already holds a {}: a fleet run writes into a folder of its own; choose a new --output",
-            args.output.display(),
-            slurm::SCRIPT
-        )));
+    if dir.exists() {
+        files::check_new(&script_path).map_err(|e| {
+            usage(format!(
+                "{e}: a fleet run writes into a folder of its own; choose a new --output"
+            ))
+        })?;
     }
-    std::fs::create_dir_all(&args.output).map_err(|e| {
+    std::fs::create_dir_all(&dir).map_err(|e| {
         usage(format!(
             "cannot create the folder {}: {}",
             args.output.display(),
             files::os_message(&e)
-        ))
-    })?;
-    let dir = args.output.canonicalize()?;
-    let dir_text = text(&dir, "the folder")?;
-    let script = slurm::script(&plan, &allocation, &dir_text).map_err(|e| usage(e.to_string()))?;
-    let script_path = dir.join(slurm::SCRIPT);
-    files::check_new(&script_path).map_err(|e| {
-        usage(format!(
-            "{e}: a fleet run writes into a folder of its own; choose a new --output"
         ))
     })?;
     let _ = files::write_new(&dir.join(slurm::PLAN), plan.to_json().as_bytes())

@@ -642,7 +642,7 @@ fn the_skypilot_task_asks_for_the_share_of_gpus_per_node() {
         .success()
         .stdout(predicates::str::contains("4 node(s) of B200:2"));
     let text = read(&yaml);
-    assert!(text.contains("num_nodes: 4\nresources:\n  accelerators: B200:2\n"));
+    assert!(text.contains("num_nodes: 4\nresources:\n  accelerators: \"B200:2\"\n"));
     assert!(text.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"));
     // --json: one document that says the same.
     let json_yaml = tmp.path().join("fleet-json.yaml");
