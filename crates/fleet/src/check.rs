@@ -93,6 +93,9 @@ pub struct CheckOptions {
     pub outlier_percent: f64,
     /// The nodes expected (else the plan's, else the largest node count the documents give).
     pub nodes: Option<u32>,
+    /// The plan file, when it is not `DIR/fleet.json` (`fleet skypilot` writes it beside the
+    /// task YAML).
+    pub plan: Option<PathBuf>,
 }
 
 impl Default for CheckOptions {
@@ -102,6 +105,7 @@ impl Default for CheckOptions {
             datasheet: Datasheet::embedded(),
             outlier_percent: LOT_OUTLIER_PERCENT,
             nodes: None,
+            plan: None,
         }
     }
 }
@@ -531,7 +535,12 @@ fn read_node(folder: &Path, name: String) -> NodeRead {
 /// Reads the plan `DIR/fleet.json`: `Ok(None)` when there is none, `Err` (a sentence) when it
 /// is there but does not read.
 pub fn read_plan(dir: &Path) -> Result<Option<Plan>, String> {
-    let bytes = match read_regular(&dir.join(PLAN_FILE), PLAN_LIMIT, "a fleet plan")? {
+    read_plan_file(&dir.join(PLAN_FILE))
+}
+
+/// Reads a plan file: `Ok(None)` when there is none, `Err` (a sentence) when it does not read.
+pub fn read_plan_file(path: &Path) -> Result<Option<Plan>, String> {
+    let bytes = match read_regular(path, PLAN_LIMIT, "a fleet plan")? {
         Some(b) => b,
         None => return Ok(None),
     };
@@ -728,7 +737,14 @@ pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetEr
     }
     let mut findings: Vec<FleetFinding> = Vec::new();
     let mut not_checked: Vec<String> = Vec::new();
-    let plan = match read_plan(dir) {
+    let read = match &options.plan {
+        Some(file) => read_plan_file(file).and_then(|p| {
+            p.map(Some)
+                .ok_or_else(|| format!("the plan {} does not exist", file.display()))
+        }),
+        None => read_plan(dir),
+    };
+    let plan = match read {
         Ok(p) => p,
         Err(e) => {
             findings.push(FleetFinding::fails(

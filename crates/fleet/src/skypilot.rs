@@ -162,19 +162,6 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
     let _ = writeln!(y, "run: |");
     let _ = writeln!(y, "  set -u");
     let _ = writeln!(y, "  BIN={bin}");
-    // The plan and the job beside the node folders, as `fleet check` reads them (every node
-    // writes the same two files: identical on a mounted bucket, one copy each when rsynced).
-    let _ = writeln!(y, "  mkdir -p {results} || exit 1");
-    let _ = writeln!(y, "  cat >{results}/{} <<'FLEET_PLAN'", crate::PLAN_FILE);
-    for line in plan.to_json().lines() {
-        let _ = writeln!(y, "  {line}");
-    }
-    let _ = writeln!(y, "  FLEET_PLAN");
-    let _ = writeln!(
-        y,
-        "  printf '%s\\n' \"${{SKYPILOT_TASK_ID:-unknown}}\" >{results}/{}",
-        crate::JOB_FILE
-    );
     let _ = writeln!(y, "  out={results}/$SKYPILOT_NODE_RANK");
     let _ = writeln!(y, "  mkdir -p \"$out\" && cd \"$out\" || exit 1");
     let _ = writeln!(y, "  failed=0");
@@ -228,18 +215,6 @@ mod tests {
             "{y}"
         );
         assert!(y.contains("pip install --user"), "{y}");
-        // The plan travels with the results, for `fleet check`.
-        assert!(
-            y.contains("  cat >~/iteragpu-fleet/fleet.json <<'FLEET_PLAN'\n  {\n"),
-            "{y}"
-        );
-        assert!(y.contains("\"schema\": \"iteragpu.fleet-plan.v1\""), "{y}");
-        assert!(
-            y.contains(
-                "printf '%s\\n' \"${SKYPILOT_TASK_ID:-unknown}\" >~/iteragpu-fleet/fleet.job"
-            ),
-            "{y}"
-        );
         assert!(y.contains(" >environment.json 2>environment.stderr"), "{y}");
         assert!(
             y.contains("probe --device all --package b200:7:4 --seconds 10 --output probe.json"),

@@ -465,6 +465,7 @@ fn check_slurm(field: Field, value: &str) {
         "--nodes=4".to_string(),
         "--ntasks-per-node=1".to_string(),
         "--exclusive".to_string(),
+        "--no-requeue".to_string(),
         "--gpus-per-node=2".to_string(),
         format!("--partition={}", a.partition.as_deref().unwrap()),
         format!("--time={}", a.time.as_deref().unwrap()),

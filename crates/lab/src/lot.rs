@@ -775,6 +775,7 @@ mod tests {
             row_remap_failure: Some(false),
             mig_enabled: Some(false),
             persistence_mode: Some(true),
+            compute_mode: None,
             other_processes: Some(vec![]),
             nvlink_active_links: Some(18),
         }

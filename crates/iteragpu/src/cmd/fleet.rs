@@ -200,6 +200,10 @@ pub struct CheckArgs {
     /// Print the verdict as one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The plan to hold the nodes to [default: DIR/fleet.json]; `fleet skypilot` writes it
+    /// beside the task (`fleet.plan.json` for `fleet.yaml`).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
     /// Print every node and every row of the node x GPU table [default: at most 16 of each,
     /// the failing ones and the outliers first, the rest summarised per figure].
     #[arg(long)]
@@ -663,7 +667,10 @@ fn check_package(
 }
 
 fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
-    let plan = fleet::check::read_plan(&args.dir).ok().flatten();
+    let plan = match &args.plan {
+        Some(f) => fleet::check::read_plan_file(f).ok().flatten(),
+        None => fleet::check::read_plan(&args.dir).ok().flatten(),
+    };
     let (package, why_not) = check_package(
         args.package.as_ref(),
         args.catalogue.as_deref(),
@@ -673,6 +680,7 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         package,
         datasheet: datasheet(args.datasheet.as_deref())?,
         nodes: args.nodes,
+        plan: args.plan.clone(),
         ..CheckOptions::default()
     };
     let mut verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
@@ -717,7 +725,12 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
         name: args.name.clone(),
     };
     let yaml = fleet::skypilot::task(&plan, &task).map_err(|e| usage(e.to_string()))?;
+    // The plan beside the task: `fleet check DIR --plan` holds the rsynced results to it.
+    let plan_path = args.output.with_extension("plan.json");
+    files::check_new(&plan_path).map_err(|e| usage(e.to_string()))?;
     let _ = files::write_new(&args.output, yaml.as_bytes()).map_err(|e| usage(e.to_string()))?;
+    let _ = files::write_new(&plan_path, plan.to_json().as_bytes())
+        .map_err(|e| usage(e.to_string()))?;
     if args.json {
         output::print_json(&serde_json::json!({
             "schema": "iteragpu.fleet-skypilot/1",
@@ -727,7 +740,7 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
                 .then(|| format!("{}:{}", plan.gpu.to_ascii_uppercase(), plan.gpus_per_node())),
             "device": plan.device,
             "checks": plan.checks,
-            "plan": serde_json::from_str::<serde_json::Value>(&plan.to_json())?,
+            "plan": plan_path,
             "launch": format!("sky launch -c fleet {}", args.output.display()),
         }))?;
         return Ok(ExitCode::SUCCESS);
@@ -741,7 +754,7 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
     }
     let _ = writeln!(
         out,
-        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}",
+        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}\nplan: {} (then: iteragpu fleet check DIR --plan {}, DIR holding every node's folder)",
         args.output.display(),
         plan.nodes,
         if plan.device == Device::Gpu {
@@ -758,7 +771,9 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
             .map(|c| c.name())
             .collect::<Vec<_>>()
             .join(", "),
-        args.output.display()
+        args.output.display(),
+        plan_path.display(),
+        plan_path.display()
     );
     output::print_text(&out)?;
     Ok(ExitCode::SUCCESS)

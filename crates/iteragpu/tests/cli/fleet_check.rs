@@ -597,6 +597,20 @@ fn empty_node_folders_fail_and_are_named() {
         );
     }
     assert!(!text.contains("verdict: OK"), "{text}");
+    // No reader takes empty node folders for a run: `report` refuses them too.
+    let page = tmp.path().join("empty.html");
+    run_with(
+        libs.path(),
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "--output",
+            page.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .failure();
+    assert!(!page.exists());
     // The same under a plan: the planned node count and checks are named too.
     plan_for(libs.path(), &dir);
     let v = json_of(&check(libs.path(), &dir, &["--json"]).code(1));

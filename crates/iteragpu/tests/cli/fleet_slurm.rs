@@ -665,8 +665,11 @@ fn the_skypilot_task_asks_for_the_share_of_gpus_per_node() {
     let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
     assert_eq!(v["schema"], "iteragpu.fleet-skypilot/1");
     assert_eq!(v["accelerators"], "B200:2");
-    assert_eq!(v["plan"]["gpus_per_node"], 2);
+    let plan: serde_json::Value =
+        serde_json::from_str(&read(Path::new(v["plan"].as_str().unwrap()))).unwrap();
+    assert_eq!(plan["gpus_per_node"], 2);
     assert!(json_yaml.is_file());
+    assert!(tmp.path().join("fleet-json.plan.json").is_file());
     // The file exists now: refused.
     iteragpu()
         .args(["fleet", "skypilot", "--package", "b200:7:4", "--nodes", "4"])
