@@ -75,6 +75,11 @@ if [ -z "$prefix" ]; then
     [ -n "$HOME" ] || usage_error "HOME is not set, so there is no ~/.local: give --prefix DIR"
     prefix=$HOME/.local
 fi
+# The lines printed at the end quote the folders for the shell; what no PATH can hold is refused.
+case $prefix in
+*[[:cntrl:]]*) usage_error "--prefix holds a line break or another control character, which no PATH line can carry: choose another folder" ;;
+*:*) usage_error "--prefix $prefix holds a \`:\`, which separates the folders of PATH and MANPATH: choose a folder without one" ;;
+esac
 
 # 1. This machine.
 system=$(uname -s)
@@ -189,20 +194,31 @@ say "  $(show "$bashdir")/iteragpu"
 say "  $(show "$zshdir")/_iteragpu"
 
 # 4. What the shells need to find it. Paths under the home folder are written with $HOME, so that
-# the lines can be pasted into ~/.profile as they are.
-env_path() {
-    case $1 in
-    "$HOME"/*) printf '$HOME/%s' "${1#"$HOME"/}" ;;
-    *) printf '%s' "$1" ;;
+# the lines can be pasted into ~/.profile as they are. shell_word FOLDER TAIL prints FOLDER then
+# TAIL (`:$PATH`, expanded when the line runs) as one word for a POSIX shell: in double quotes
+# when the folder holds only characters that are plain there, else the folder in single quotes
+# (`'` written '\''), so that no `$`, backquote, `"`, `\` or `!` of a --prefix is ever run.
+shell_word() {
+    home='' rest=$1
+    if [ -n "$HOME" ]; then
+        case $1 in "$HOME"/*) home='$HOME/' rest=${1#"$HOME"/} ;; esac
+    fi
+    case $rest in
+    *[!A-Za-z0-9_./+@%,=~-]*)
+        [ -z "$home" ] || printf '"$HOME"/'
+        printf "'%s'" "$(printf '%s' "$rest" | sed "s/'/'\\\\''/g")"
+        [ -z "$2" ] || printf '"%s"' "$2"
+        ;;
+    *) printf '"%s%s%s"' "$home" "$rest" "$2" ;;
     esac
 }
 case ":${PATH:-}:" in
 *":$bindir:"*) say "PATH: $(show "$bindir") is on it: run iteragpu --help" ;;
 *)
     if [ "$prefix" = "$HOME/.local" ] && [ -f "$HOME/.profile" ] && grep -q '\.local/bin' "$HOME/.profile"; then
-        say "PATH: a new login shell has ~/.local/bin on it (your ~/.profile adds it); in this one: export PATH=\"$(env_path "$bindir"):\$PATH\""
+        say "PATH: a new login shell has ~/.local/bin on it (your ~/.profile adds it); in this one: export PATH=$(shell_word "$bindir" ':$PATH')"
     else
-        say "PATH: add to ~/.profile (or ~/.bashrc, ~/.zshrc): export PATH=\"$(env_path "$bindir"):\$PATH\""
+        say "PATH: add to ~/.profile (or ~/.bashrc, ~/.zshrc): export PATH=$(shell_word "$bindir" ':$PATH')"
     fi
     ;;
 esac
@@ -210,7 +226,7 @@ case ":${MANPATH-}:" in
 *":$prefix/share/man:"*) say "MANPATH: $(show "$prefix/share/man") is on it" ;;
 *)
     if [ -n "${MANPATH+set}" ]; then
-        say "MANPATH: it is set without $(show "$prefix/share/man"): add export MANPATH=\"$(env_path "$prefix/share/man"):\$MANPATH\""
+        say "MANPATH: it is set without $(show "$prefix/share/man"): add export MANPATH=$(shell_word "$prefix/share/man" ':$MANPATH')"
     else
         say "MANPATH: none needed: man finds $(show "$prefix/share/man") once $(show "$bindir") is on the PATH"
     fi
@@ -219,6 +235,6 @@ esac
 if [ "$bashdir" = "${XDG_DATA_HOME:-$HOME/.local/share}/bash-completion/completions" ]; then
     say "bash: the bash-completion package loads $(show "$bashdir")/iteragpu by itself"
 else
-    say "bash: add to ~/.bashrc: . \"$(env_path "$bashdir")/iteragpu\""
+    say "bash: add to ~/.bashrc: . $(shell_word "$bashdir/iteragpu" '')"
 fi
-say "zsh: add to ~/.zshrc, before compinit: fpath=(\"$(env_path "$zshdir")\" \$fpath)"
+say "zsh: add to ~/.zshrc, before compinit: fpath=($(shell_word "$zshdir" '') \$fpath)"

@@ -1,23 +1,30 @@
-//! `fleet check DIR`: every node's results judged together.
+//! `fleet check DIR`: every node's results judged together, against the plan.
 //!
-//! The generated batch script leaves one folder per node, `DIR/<node>/`, with, for each check
-//! (`environment`, `probe`, `measure`), the document `<check>.json`, the step's exit code as text
-//! `<check>.exit` and its stderr `<check>.err`. This module reads them all and gives one
-//! [`FleetVerdict`]:
+//! `fleet slurm` and `fleet skypilot` write the plan, `DIR/fleet.json` (package, nodes, checks,
+//! GPUs per node, device), before any node runs; the job writes its id to `DIR/fleet.job` and
+//! (Slurm) its node names to `DIR/nodes.txt`; every node leaves one folder, `DIR/<node>/`, with,
+//! for each check, the document `<check>.json`, the step's exit code `<check>.exit` and its
+//! error line `<check>.err`. This module reads them all and gives one [`FleetVerdict`]. The plan
+//! is the contract: every planned node x check must have left a complete document with exit 0,
+//! from that job. The verdict fails, each cause a [`FleetFinding`] naming the node (and GPU):
 //!
-//! - one table of node x GPU: model, UUID, memory, driver, and every probe figure with its
-//!   percentage of the datasheet;
-//! - nodes whose step failed (a non-zero `.exit`, with the first line of `.err`), or that are
-//!   missing (a rank the documents count but no folder holds, a check the others ran that this
-//!   node did not);
-//! - the package (`--package`) over all nodes: the whole package's GPU count, each GPU's model
-//!   and memory;
-//! - outliers against the fleet: a GPU more than [`lab::probe::LOT_OUTLIER_PERCENT`] below the
-//!   median of every other GPU of every node on a probe figure (the lot rule, across nodes).
+//! - a node or a check missing, an empty node folder, a step that failed (its exit code and the
+//!   first line of its `.err`; 124 its time limit, 137/143 a kill by signal), a step that did
+//!   not finish (no `.exit`, a partial document), an `.exit` that is not an exit code;
+//! - documents of another job (job id, node count), the same node name, rank or GPU UUID in two
+//!   folders, a folder the job's node list does not name, a job Slurm cancelled (its own
+//!   `*** ... CANCELLED ... ***` line);
+//! - every warning a node's own documents carry (ECC errors, retired or remapped rows, clock
+//!   throttling, power cap, NVLink down, a figure below its datasheet share, ...): lifted to the
+//!   fleet with node and GPU, failing the verdict or only warning, each with why;
+//! - a GPU more than [`lab::probe::LOT_OUTLIER_PERCENT`] below the median of every other GPU of
+//!   every node on a probe figure (sorted once: O(G log G) for G GPUs);
+//! - with a package (`--package`, else the plan's), the whole package over all nodes.
 //!
-//! The verdict's exit code: 0 when all is well, 1 when a node failed or is missing, a GPU is an
-//! outlier or the package does not match. Usage mistakes (no such folder) are [`FleetError`]s.
+//! Without a plan the verdict says what it could not check. Usage mistakes (no such folder) are
+//! [`FleetError`]s.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -33,15 +40,27 @@ use lab::probe::{LOT_OUTLIER_PERCENT, PROBE_SCHEMA, ProbeDocument};
 use lab::stats::low_outliers_of_lot;
 use rent::datasheet::Datasheet;
 
-use crate::Check;
+use crate::{Check, Device, JOB_FILE, PLAN_FILE, Plan};
 
 /// Schema identifier of the verdict (`fleet check --json`).
-pub const FLEET_VERDICT_SCHEMA: &str = "iteragpu.fleet-verdict/1";
+pub const FLEET_VERDICT_SCHEMA: &str = "iteragpu.fleet-verdict/2";
 
-/// The most of a `.err` or `.exit` file read: its first line is what counts.
+/// The most of a `.err` file read: its first line is what counts.
 const SMALL_FILE_LIMIT: u64 = 1 << 20;
+/// The most of an `.exit` file read: a number and a newline.
+const EXIT_FILE_LIMIT: u64 = 64;
+/// The most of the plan read.
+const PLAN_LIMIT: u64 = 1 << 20;
 /// The first error line is cut to this many characters.
 const ERROR_LINE_CHARS: usize = 400;
+/// The most of the batch script's own output read for Slurm's cancel lines.
+const SLURM_OUT_LIMIT: u64 = 4 << 20;
+/// What `fleet slurm --submit` wrote of Slurm's own account of the job once it ended: its
+/// state, reason and exit code (`scontrol show job`), `sacct`'s lines where accounting runs, and
+/// the job's nodes Slurm marks down or drained.
+pub const SLURM_ACCOUNT_FILE: &str = "fleet.slurm.json";
+/// The most table rows printed without `--table` (outliers and failing GPUs always are).
+pub const TABLE_ROWS: usize = 16;
 
 /// Why a folder cannot be judged at all.
 #[derive(Debug, thiserror::Error)]
@@ -58,8 +77,8 @@ pub enum FleetError {
         /// The OS error.
         reason: String,
     },
-    /// It holds no node folder.
-    #[error("{} holds no node folder (DIR/<node>/environment.json, probe.json, measure.json with their .exit and .err)", .0.display())]
+    /// It holds no node folder and no plan.
+    #[error("{} holds no node folder and no fleet.json (DIR/<node>/environment.json, probe.json, measure.json with their .exit and .err)", .0.display())]
     NoNode(PathBuf),
 }
 
@@ -72,8 +91,11 @@ pub struct CheckOptions {
     pub datasheet: Datasheet,
     /// How far below the fleet's median of the others a figure makes its GPU an outlier.
     pub outlier_percent: f64,
-    /// The nodes expected (else the largest node count the documents give).
+    /// The nodes expected (else the plan's, else the largest node count the documents give).
     pub nodes: Option<u32>,
+    /// The plan file, when it is not `DIR/fleet.json` (`fleet skypilot` writes it beside the
+    /// task YAML).
+    pub plan: Option<PathBuf>,
 }
 
 impl Default for CheckOptions {
@@ -83,6 +105,57 @@ impl Default for CheckOptions {
             datasheet: Datasheet::embedded(),
             outlier_percent: LOT_OUTLIER_PERCENT,
             nodes: None,
+            plan: None,
+        }
+    }
+}
+
+/// Whether a finding fails the verdict or only warns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// The verdict is FAILED because of it.
+    Fails,
+    /// Worth knowing; the verdict can still be OK.
+    Warns,
+}
+
+/// One thing the fleet check found, about the fleet, a node or one GPU of a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetFinding {
+    /// A stable name (`node_missing`, `ecc_uncorrected_errors`, ...), for scripts.
+    pub code: String,
+    /// Whether it fails the verdict.
+    pub effect: Effect,
+    /// The node's folder, when it is about one node.
+    pub node: Option<String>,
+    /// The GPU (`cuda:1`), when it is about one GPU.
+    pub gpu: Option<String>,
+    /// One sentence with the figures.
+    pub message: String,
+    /// Why it fails the verdict or only warns.
+    pub why: String,
+    /// The figures, as numbers.
+    pub figures: Value,
+}
+
+impl FleetFinding {
+    fn fails(code: &str, node: Option<&str>, message: String, why: &str, figures: Value) -> Self {
+        FleetFinding {
+            code: code.to_string(),
+            effect: Effect::Fails,
+            node: node.map(str::to_string),
+            gpu: None,
+            message,
+            why: why.to_string(),
+            figures,
+        }
+    }
+
+    fn warns(code: &str, node: Option<&str>, message: String, why: &str, figures: Value) -> Self {
+        FleetFinding {
+            effect: Effect::Warns,
+            ..Self::fails(code, node, message, why, figures)
         }
     }
 }
@@ -91,11 +164,12 @@ impl Default for CheckOptions {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StepStatus {
-    /// Exit 0 (or no `.exit`) and a document that reads.
+    /// Exit 0 and a complete document that reads.
     Ok,
-    /// A non-zero exit, or a document that does not read.
+    /// A non-zero exit, an `.exit` that is not one, a document that does not read or is
+    /// partial, or a step that did not finish.
     Failed,
-    /// The other nodes ran it; this one left nothing.
+    /// Planned (or run by the other nodes), but this node left no file of it.
     Missing,
 }
 
@@ -108,6 +182,8 @@ pub struct StepOutcome {
     pub status: StepStatus,
     /// The exit code from `<check>.exit`, when there is one.
     pub exit_code: Option<i32>,
+    /// What ended it, when an exit code or Slurm says (`killed by SIGKILL`, `its time limit`).
+    pub cause: Option<String>,
     /// The first line of `<check>.err`, or why the document does not read.
     pub error: Option<String>,
     /// Whether `<check>.json` was there.
@@ -121,12 +197,12 @@ pub struct NodeVerdict {
     pub folder: String,
     /// What its documents say about it (the first that says).
     pub identity: Option<NodeIdentity>,
-    /// One entry per check the fleet ran.
+    /// One entry per check the plan names (without a plan: any node ran).
     pub steps: Vec<StepOutcome>,
     /// GPUs its driver sees.
     pub visible_gpus: Option<usize>,
-    /// Warnings in its own documents (their lot and probe checks).
-    pub document_warnings: usize,
+    /// Findings its own documents carry (their lot and probe checks), lifted to the fleet.
+    pub document_findings: usize,
     /// Every step ok.
     pub ok: bool,
 }
@@ -189,11 +265,15 @@ pub struct FleetVerdict {
     pub schema: String,
     /// The folder judged.
     pub folder: String,
-    /// The nodes expected (from `--nodes` or the documents), when known.
+    /// The plan (`fleet.json`) the nodes were held to, when the folder has one.
+    pub plan: Option<Plan>,
+    /// The job the documents must come from (`fleet.job`, else the documents' majority).
+    pub job: Option<String>,
+    /// The nodes expected (from `--nodes`, the plan or the documents), when known.
     pub expected_nodes: Option<u32>,
-    /// One entry per node folder, by name.
+    /// One entry per node (folder, or node the job's list names), by name.
     pub nodes: Vec<NodeVerdict>,
-    /// The checks the fleet ran (any node left a file of).
+    /// The checks every node must have run (the plan's; without one, any node ran).
     pub checks: Vec<String>,
     /// The table: every GPU of every node.
     pub gpus: Vec<FleetGpu>,
@@ -201,11 +281,15 @@ pub struct FleetVerdict {
     pub package: Option<Expectation>,
     /// Outliers against the fleet.
     pub outliers: Vec<FleetOutlier>,
-    /// Every finding, warnings first.
-    pub findings: Vec<Finding>,
-    /// How many findings are warnings.
+    /// Every finding, those that fail the verdict first.
+    pub findings: Vec<FleetFinding>,
+    /// How many findings fail the verdict.
+    pub failures: usize,
+    /// How many findings only warn.
     pub warnings: usize,
-    /// No warning: every node ran every check, no outlier, the package matches.
+    /// What the verdict could not check, and why (no plan, no package, ...).
+    pub not_checked: Vec<String>,
+    /// No finding fails the verdict.
     pub ok: bool,
     /// 0 when `ok`, else 1.
     pub exit_code: u8,
@@ -233,33 +317,153 @@ fn first_line(bytes: &[u8]) -> Option<String> {
     Some(line.chars().take(ERROR_LINE_CHARS).collect())
 }
 
-fn read_small(path: &Path) -> Option<Vec<u8>> {
-    if !path.symlink_metadata().is_ok_and(|m| m.is_file()) {
-        return None;
+/// What a path is when it is not a regular file, for a sentence.
+fn kind_of(meta: &std::fs::Metadata) -> &'static str {
+    let t = meta.file_type();
+    if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_dir() {
+        "folder"
+    } else {
+        "special file (a FIFO, socket or device)"
     }
-    lab_io::files::read_bounded(path, SMALL_FILE_LIMIT, "a step's exit code or stderr").ok()
 }
 
-/// Reads `<check>.json` into `docs`; `Err` says why it does not read.
+/// Reads a regular file of at most `limit` bytes; a link, FIFO or device is never opened.
+fn read_regular(path: &Path, limit: u64, what: &'static str) -> Result<Option<Vec<u8>>, String> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match path.symlink_metadata() {
+        Err(_) => Ok(None),
+        Ok(m) if !m.is_file() => Err(format!(
+            "{name} is a {}, not a file the step wrote",
+            kind_of(&m)
+        )),
+        Ok(m) if m.len() > limit => Err(format!(
+            "{name} holds {} bytes, more than {what} can ({limit})",
+            m.len()
+        )),
+        Ok(_) => lab_io::files::read_bounded(path, limit, what)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+    }
+}
+
+/// An `.exit` file as the step scripts write it: a decimal number from 0 to 255 and a newline.
+enum ExitRead {
+    Absent,
+    Code(i32),
+    Bad(String),
+}
+
+fn read_exit(path: &Path) -> ExitRead {
+    match read_regular(path, EXIT_FILE_LIMIT, "an exit code file") {
+        Ok(None) => ExitRead::Absent,
+        Err(e) => ExitRead::Bad(e),
+        Ok(Some(bytes)) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let t = text.trim();
+            let code = (!t.is_empty() && t.len() <= 3 && t.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| t.parse::<i32>().ok())
+                .flatten()
+                .filter(|c| (0..=255).contains(c));
+            match code {
+                Some(c) => ExitRead::Code(c),
+                None => ExitRead::Bad(format!(
+                    "{} holds `{}`, not an exit code from 0 to 255",
+                    path.file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default(),
+                    t.chars()
+                        .take(40)
+                        .map(|c| if c.is_control() { '?' } else { c })
+                        .collect::<String>()
+                )),
+            }
+        }
+    }
+}
+
+/// What an exit code says ended the step, when it is more than "it failed".
+pub fn exit_cause(code: i32) -> Option<String> {
+    match code {
+        124 => Some("its time limit ended it (`timeout`, exit 124)".to_string()),
+        137 => Some(
+            "killed by SIGKILL (exit 137: out of memory, or Slurm ending the step at its time limit or on scancel)"
+                .to_string(),
+        ),
+        143 => Some("killed by SIGTERM (exit 143: scancel, or Slurm's time limit)".to_string()),
+        129..=192 => Some(format!("killed by signal {} (exit {code})", code - 128)),
+        _ => None,
+    }
+}
+
+/// Reads `<check>.json` into `docs`; `Err` says why it does not read or is partial.
 fn read_document(path: &Path, check: Check, docs: &mut NodeDocuments) -> Result<(), String> {
-    let bytes = lab_io::files::read_bounded(path, MEASUREMENT_LIMIT, "a fleet node's document")
-        .map_err(|e| e.to_string())?;
-    let value: Value = serde_json::from_slice(&bytes)
-        .map_err(|e| format!("{}.json is not JSON: {e}", check.name()))?;
+    let bytes = match read_regular(path, MEASUREMENT_LIMIT, "a fleet node's document")? {
+        Some(b) => b,
+        None => return Err(format!("no {}.json", check.name())),
+    };
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err(format!(
+            "{}.json is empty: the step wrote nothing (killed before its document?)",
+            check.name()
+        ));
+    }
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        if e.is_eof() {
+            format!(
+                "{}.json is cut short ({} bytes, {e}): the step was ended while writing it",
+                check.name(),
+                bytes.len()
+            )
+        } else {
+            format!("{}.json is not JSON: {e}", check.name())
+        }
+    })?;
     let schema = value.get("schema").and_then(Value::as_str).unwrap_or("");
     let wrong = |e: serde_json::Error| format!("{}.json does not read: {e}", check.name());
     match (check, schema) {
         (Check::Environment, LOT_SCHEMA) => {
-            docs.lot = Some(serde_json::from_value(value).map_err(wrong)?);
+            let l: LotReport = serde_json::from_value(value).map_err(wrong)?;
+            docs.lot = Some(l);
         }
         (Check::Environment, ENVIRONMENT_SCHEMA) => {
             docs.environment = Some(serde_json::from_value(value).map_err(wrong)?);
         }
         (Check::Probe, PROBE_SCHEMA) => {
-            docs.probe = Some(serde_json::from_value(value).map_err(wrong)?);
+            let p: ProbeDocument = serde_json::from_value(value).map_err(wrong)?;
+            let partial = (!p.complete).then(|| {
+                format!(
+                    "probe.json is partial (complete: false){}",
+                    p.error
+                        .as_deref()
+                        .map(|e| format!(": {e}"))
+                        .unwrap_or_default()
+                )
+            });
+            docs.probe = Some(p);
+            if let Some(e) = partial {
+                return Err(e);
+            }
         }
         (Check::Measure, MEASUREMENT_SCHEMA) => {
-            docs.measure = Some(serde_json::from_value(value).map_err(wrong)?);
+            let m: MeasurementDocument = serde_json::from_value(value).map_err(wrong)?;
+            let partial = (!m.complete).then(|| {
+                format!(
+                    "measure.json is partial (complete: false){}",
+                    m.error
+                        .as_ref()
+                        .map(|e| format!(": {}", e.message))
+                        .unwrap_or_default()
+                )
+            });
+            docs.measure = Some(m);
+            if let Some(e) = partial {
+                return Err(e);
+            }
         }
         (_, other) => {
             return Err(format!(
@@ -274,14 +478,15 @@ fn read_document(path: &Path, check: Check, docs: &mut NodeDocuments) -> Result<
 
 struct NodeRead {
     folder: String,
+    /// False for a node the job's node list names but no folder holds.
+    exists: bool,
     docs: NodeDocuments,
-    /// Per check: (exit code, first error line, document present, document error), or `None`
-    /// when the node left no file of it.
+    /// Per check: what its files say, or `None` when the node left no file of it.
     steps: Vec<(Check, Option<StepRead>)>,
 }
 
 struct StepRead {
-    exit_code: Option<i32>,
+    exit: ExitRead,
     error: Option<String>,
     document: bool,
     unreadable: Option<String>,
@@ -293,17 +498,14 @@ fn read_node(folder: &Path, name: String) -> NodeRead {
     for check in Check::ALL {
         let file = |ext: &str| folder.join(format!("{}.{ext}", check.name()));
         let json_path = file("json");
-        let document = json_path.symlink_metadata().is_ok_and(|m| m.is_file());
-        let exit_bytes = read_small(&file("exit"));
-        let err_bytes = read_small(&file("err"));
-        if !document && exit_bytes.is_none() && err_bytes.is_none() {
+        let document = json_path.symlink_metadata().is_ok();
+        let exit = read_exit(&file("exit"));
+        let err = read_regular(&file("err"), SMALL_FILE_LIMIT, "a step's stderr line");
+        let err_present = !matches!(err, Ok(None));
+        if !document && matches!(exit, ExitRead::Absent) && !err_present {
             steps.push((check, None));
             continue;
         }
-        let exit_code = exit_bytes
-            .as_deref()
-            .and_then(first_line)
-            .and_then(|l| l.parse::<i32>().ok());
         let unreadable = if document {
             read_document(&json_path, check, &mut docs).err()
         } else {
@@ -312,8 +514,11 @@ fn read_node(folder: &Path, name: String) -> NodeRead {
         steps.push((
             check,
             Some(StepRead {
-                exit_code,
-                error: err_bytes.as_deref().and_then(first_line),
+                exit,
+                error: match err {
+                    Ok(b) => b.as_deref().and_then(first_line),
+                    Err(e) => Some(e),
+                },
                 document,
                 unreadable,
             }),
@@ -321,11 +526,1179 @@ fn read_node(folder: &Path, name: String) -> NodeRead {
     }
     NodeRead {
         folder: name,
+        exists: true,
         docs,
         steps,
     }
 }
 
+/// Reads the plan `DIR/fleet.json`: `Ok(None)` when there is none, `Err` (a sentence) when it
+/// is there but does not read.
+pub fn read_plan(dir: &Path) -> Result<Option<Plan>, String> {
+    read_plan_file(&dir.join(PLAN_FILE))
+}
+
+/// Reads a plan file: `Ok(None)` when there is none, `Err` (a sentence) when it does not read.
+pub fn read_plan_file(path: &Path) -> Result<Option<Plan>, String> {
+    let bytes = match read_regular(path, PLAN_LIMIT, "a fleet plan")? {
+        Some(b) => b,
+        None => return Ok(None),
+    };
+    let value: Value =
+        serde_json::from_slice(&bytes).map_err(|e| format!("{PLAN_FILE} is not JSON: {e}"))?;
+    if value.get("schema").and_then(Value::as_str) != Some(crate::PLAN_SCHEMA) {
+        return Err(format!(
+            "{PLAN_FILE} is not a fleet plan (its schema is not {})",
+            crate::PLAN_SCHEMA
+        ));
+    }
+    let plan: Plan =
+        serde_json::from_value(value).map_err(|e| format!("{PLAN_FILE} does not read: {e}"))?;
+    plan.validate()
+        .map_err(|e| format!("{PLAN_FILE} is not a plan that can run: {e}"))?;
+    Ok(Some(plan))
+}
+
+/// A job id or node name as the job wrote it: one plain token, else nothing.
+fn token_file(path: &Path) -> Result<Option<String>, String> {
+    let Some(bytes) = read_regular(path, 4096, "a job id file")? else {
+        return Ok(None);
+    };
+    let text = String::from_utf8_lossy(&bytes).trim().to_string();
+    if text.is_empty()
+        || text.len() > lab::node::MAX_TOKEN_CHARS
+        || !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+    {
+        return Err(format!(
+            "{} holds `{}`, not a job id",
+            path.display(),
+            text.chars().take(40).collect::<String>()
+        ));
+    }
+    Ok(Some(text))
+}
+
+/// Slurm's own lines in the batch script's output that say a job or step was ended:
+/// `slurmstepd: error: *** STEP 12.1 ON n2 CANCELLED AT ... DUE TO TIME LIMIT ***`, and
+/// `srun: error: n3: task 2: Killed`. (node, line) pairs, the node when the line names one.
+fn slurm_endings(dir: &Path) -> Vec<(Option<String>, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("slurm-") && n.ends_with(".out"))
+        })
+        .collect();
+    files.sort();
+    for f in files {
+        let Ok(Some(bytes)) = read_regular(&f, SLURM_OUT_LIMIT, "the batch script's output") else {
+            continue;
+        };
+        for line in String::from_utf8_lossy(&bytes).lines() {
+            let line = line.trim();
+            let node = if line.contains("***") && line.contains("CANCELLED") {
+                line.split(" ON ")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .map(str::to_string)
+            } else if let Some(rest) = line.strip_prefix("srun: error: ")
+                && (line.ends_with("Killed")
+                    || line.contains("Terminated")
+                    || line.contains("Cancelled")
+                    || line.contains("CANCELLED"))
+            {
+                rest.split(':').next().map(|n| n.trim().to_string())
+            } else {
+                continue;
+            };
+            let line: String = line.chars().take(ERROR_LINE_CHARS).collect();
+            if !out.iter().any(|(_, l)| *l == line) && out.len() < 32 {
+                out.push((node, line));
+            }
+        }
+    }
+    out
+}
+
+fn identities(docs: &NodeDocuments) -> Vec<(Check, &NodeIdentity)> {
+    let mut out = Vec::new();
+    if let Some(i) = docs.lot.as_ref().and_then(|d| d.node.as_ref()) {
+        out.push((Check::Environment, i));
+    }
+    if let Some(i) = docs.environment.as_ref().and_then(|d| d.node.as_ref()) {
+        out.push((Check::Environment, i));
+    }
+    if let Some(i) = docs.probe.as_ref().and_then(|d| d.node.as_ref()) {
+        out.push((Check::Probe, i));
+    }
+    if let Some(i) = docs.measure.as_ref().and_then(|d| d.node.as_ref()) {
+        out.push((Check::Measure, i));
+    }
+    out
+}
+
+/// Whether a warning or note a node's own document carries fails the fleet, and why.
+pub fn lifted_effect(severity: Severity, code: &str) -> (Effect, &'static str) {
+    use Effect::{Fails, Warns};
+    match code {
+        "pcie_link_degraded" => (
+            Warns,
+            "an idle GPU lowers its PCIe link to save power; the probe's host copies judge the link under load (copy_below_datasheet fails)",
+        ),
+        "ecc_uncorrected_errors" => (
+            Fails,
+            "uncorrected memory errors crash jobs or corrupt their results",
+        ),
+        "retired_pages_pending" | "row_remap_failure" | "row_remap_pending" => (
+            Fails,
+            "the GPU's memory has a fault that needs a reset or another GPU",
+        ),
+        "clock_throttled" => (
+            Fails,
+            "a GPU slowing its clocks delivers less than the datasheet promises",
+        ),
+        "power_limit_reduced" => (
+            Fails,
+            "capped below its default power the GPU cannot reach its full clocks",
+        ),
+        "nvlink_links_down" => (
+            Fails,
+            "with links down, GPU-to-GPU traffic is slower than the card's",
+        ),
+        "copy_below_datasheet" | "gemm_below_datasheet" => (
+            Fails,
+            "the GPU measured below its share of the datasheet: less than what was paid for",
+        ),
+        "lot_outlier" => (Fails, "the GPU is slower than the other GPUs of its node"),
+        "gpu_missing" | "gpu_extra" | "model_mismatch" | "memory_below_package" => {
+            (Fails, "the node does not hold its share of the package")
+        }
+        "other_processes" | "memory_in_use" => {
+            (Fails, "another process uses the GPU the renter pays for")
+        }
+        "compute_mode_prohibited" => (
+            Fails,
+            "no process can run on a GPU whose compute mode is prohibited",
+        ),
+        "compute_mode_exclusive" => (
+            Warns,
+            "one process at a time: fine for one process per GPU, fatal for several",
+        ),
+        "persistence_off" => (
+            Warns,
+            "every new process waits for the driver to set the GPU up: slower starts, same speed",
+        ),
+        "ecc_disabled" => (
+            Warns,
+            "more memory, but memory errors go undetected: a choice, not a fault",
+        ),
+        _ => match severity {
+            Severity::Warning => (
+                Fails,
+                "the node's own document counts it as a warning: it can cost the renter",
+            ),
+            Severity::Note => (
+                Warns,
+                "a note in the node's own document: worth knowing, costs nothing by itself",
+            ),
+        },
+    }
+}
+
+fn lift(node: &str, f: &Finding) -> FleetFinding {
+    let (effect, why) = lifted_effect(f.severity, &f.code);
+    FleetFinding {
+        code: f.code.clone(),
+        effect,
+        node: Some(node.to_string()),
+        gpu: f.device.clone(),
+        message: format!("node {node}: {}", f.message),
+        why: why.to_string(),
+        figures: f.figures.clone(),
+    }
+}
+
+fn list(items: &[String]) -> String {
+    items.join(", ")
+}
+
+/// Judges every node folder of `dir` against the plan beside them.
+pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetError> {
+    if !dir.is_dir() {
+        return Err(FleetError::NotAFolder(dir.to_path_buf()));
+    }
+    let mut findings: Vec<FleetFinding> = Vec::new();
+    let mut not_checked: Vec<String> = Vec::new();
+    let read = match &options.plan {
+        Some(file) => read_plan_file(file).and_then(|p| {
+            p.map(Some)
+                .ok_or_else(|| format!("the plan {} does not exist", file.display()))
+        }),
+        None => read_plan(dir),
+    };
+    let plan = match read {
+        Ok(p) => p,
+        Err(e) => {
+            findings.push(FleetFinding::fails(
+                "plan_unreadable",
+                None,
+                format!("{e}: the nodes cannot be held to the plan"),
+                "without a plan that reads, what the job had to run is unknown",
+                json!({}),
+            ));
+            None
+        }
+    };
+    let mut folders: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(|e| FleetError::Read {
+            path: dir.to_path_buf(),
+            reason: lab_io::files::os_message(&e),
+        })?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().symlink_metadata().is_ok_and(|m| m.is_dir()))
+        .filter_map(|e| e.file_name().to_str().map(|n| (n.to_string(), e.path())))
+        .filter(|(n, _)| !n.starts_with('.'))
+        .collect();
+    folders.sort();
+    let node_list: Option<Vec<String>> = match read_regular(
+        &dir.join(crate::slurm::NODES),
+        SMALL_FILE_LIMIT,
+        "a node list",
+    ) {
+        Ok(Some(b)) => Some(
+            String::from_utf8_lossy(&b)
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.contains('/') && *l != "." && *l != "..")
+                .map(String::from)
+                .collect(),
+        ),
+        Ok(None) => None,
+        Err(e) => {
+            findings.push(FleetFinding::fails(
+                "node_list_unreadable",
+                None,
+                format!("{e}: which nodes the job had is unknown"),
+                "the job's own list of its nodes is what the folders are checked against",
+                json!({}),
+            ));
+            None
+        }
+    };
+    if folders.is_empty() && plan.is_none() && node_list.is_none() {
+        return Err(FleetError::NoNode(dir.to_path_buf()));
+    }
+    let job_file = match token_file(&dir.join(JOB_FILE)) {
+        Ok(j) => j,
+        Err(e) => {
+            findings.push(FleetFinding::fails(
+                "job_file_unreadable",
+                None,
+                e,
+                "the job id is what tells this job's documents from another's",
+                json!({}),
+            ));
+            None
+        }
+    };
+    let mut read: Vec<NodeRead> = folders
+        .into_iter()
+        .map(|(name, path)| read_node(&path, name))
+        .collect();
+    if let Some(names) = &node_list {
+        for n in read.iter().filter(|n| !names.contains(&n.folder)) {
+            findings.push(FleetFinding::fails(
+                "foreign_folder",
+                Some(&n.folder),
+                format!(
+                    "folder {} is not one of the job's nodes ({}): its documents are not this job's",
+                    n.folder,
+                    list(names)
+                ),
+                "only the nodes the job ran on can speak for it",
+                json!({"folder": n.folder, "job_nodes": names}),
+            ));
+        }
+        for name in names {
+            if !read.iter().any(|n| &n.folder == name) {
+                read.push(NodeRead {
+                    folder: name.clone(),
+                    exists: false,
+                    docs: NodeDocuments::default(),
+                    steps: Check::ALL.into_iter().map(|c| (c, None)).collect(),
+                });
+            }
+        }
+        read.sort_by(|a, b| a.folder.cmp(&b.folder));
+    }
+    let required: Vec<Check> = match &plan {
+        Some(p) => p.checks.clone(),
+        None => Check::ALL
+            .into_iter()
+            .filter(|c| {
+                read.iter()
+                    .any(|n| n.steps.iter().any(|(s, r)| s == c && r.is_some()))
+            })
+            .collect(),
+    };
+    if plan.is_none() {
+        not_checked.push(format!(
+            "the plan: {} has no {PLAN_FILE} (`fleet slurm` and `fleet skypilot` write it), so the node count, the checks each node had to run and the package were not held to one; each node is held to the checks any node ran",
+            dir.display()
+        ));
+    }
+    if required.is_empty() {
+        findings.push(FleetFinding::fails(
+            "nothing_ran",
+            None,
+            format!(
+                "no node folder of {} holds a document, an exit code or an error line of any check: nothing ran",
+                dir.display()
+            ),
+            "empty folders are not a run",
+            json!({"node_folders": read.len()}),
+        ));
+    }
+    let endings = slurm_endings(dir);
+    for (node, line) in &endings {
+        let step_line = line.contains("*** STEP") || line.starts_with("srun: error:");
+        let on = node.as_deref().filter(|_| step_line);
+        findings.push(FleetFinding::fails(
+            if line.contains("TIME LIMIT") {
+                "slurm_time_limit"
+            } else if line.contains("CANCELLED") {
+                "slurm_cancelled"
+            } else {
+                "slurm_killed"
+            },
+            on,
+            match on {
+                Some(n) => format!("node {n}: Slurm ended its step: {line}"),
+                None => format!("Slurm ended the job: {line}"),
+            },
+            "a job or step Slurm ended did not run its checks to the end",
+            json!({"node": node, "line": line}),
+        ));
+    }
+    if let Ok(Some(bytes)) = read_regular(
+        &dir.join(SLURM_ACCOUNT_FILE),
+        SMALL_FILE_LIMIT,
+        "Slurm's account of the job",
+    ) && let Ok(account) = serde_json::from_slice::<Value>(&bytes)
+    {
+        let text = |k: &str| account.get(k).and_then(Value::as_str).map(str::to_string);
+        if let Some(state) = text("state").filter(|s| s != "COMPLETED") {
+            findings.push(FleetFinding::fails(
+                "slurm_job_state",
+                None,
+                format!(
+                    "Slurm says job {} ended {state}{}{}",
+                    text("job").unwrap_or_default(),
+                    text("reason")
+                        .filter(|r| r != "None")
+                        .map(|r| format!(" (reason {r})"))
+                        .unwrap_or_default(),
+                    text("exit_code")
+                        .map(|c| format!(", exit code {c}"))
+                        .unwrap_or_default()
+                ),
+                "a job that did not complete did not run every check on every node",
+                account.clone(),
+            ));
+        }
+        for d in account
+            .get("down")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let node = d.get("node").and_then(Value::as_str).unwrap_or("?");
+            findings.push(FleetFinding::fails(
+                "slurm_node_down",
+                Some(node),
+                format!(
+                    "node {node}: Slurm marks it {} ({})",
+                    d.get("state").and_then(Value::as_str).unwrap_or("down"),
+                    d.get("reason")
+                        .and_then(Value::as_str)
+                        .unwrap_or("no reason given")
+                ),
+                "a node Slurm lost could not run its checks",
+                d.clone(),
+            ));
+        }
+    }
+    let mut nodes = Vec::new();
+    for n in &read {
+        let mut steps = Vec::new();
+        let nothing = n.steps.iter().all(|(_, s)| s.is_none());
+        if !n.exists {
+            findings.push(FleetFinding::fails(
+                "node_missing",
+                Some(&n.folder),
+                format!(
+                    "node {}: the job's node list names it but it left no folder: no check ran there (it died, or the job ended before its first step)",
+                    n.folder
+                ),
+                "every node the job had must run every check",
+                json!({"node": n.folder}),
+            ));
+        } else if nothing {
+            findings.push(FleetFinding::fails(
+                "node_empty",
+                Some(&n.folder),
+                format!(
+                    "node {}: its folder holds no document, exit code or error of any check: nothing ran there (the job was cancelled, or the node died, before its first step)",
+                    n.folder
+                ),
+                "an empty folder is not a run",
+                json!({"node": n.folder}),
+            ));
+        }
+        let slurm_says: Vec<&str> = endings
+            .iter()
+            .filter(|(node, _)| node.as_deref() == Some(n.folder.as_str()))
+            .map(|(_, l)| l.as_str())
+            .collect();
+        for (check, step) in &n.steps {
+            if !required.contains(check) {
+                continue;
+            }
+            let outcome = match step {
+                None => StepOutcome {
+                    check: check.name().to_string(),
+                    status: StepStatus::Missing,
+                    exit_code: None,
+                    cause: slurm_says.first().map(|l| l.to_string()),
+                    error: None,
+                    document: false,
+                },
+                Some(s) => {
+                    let (status, exit_code, cause, error) = match &s.exit {
+                        ExitRead::Bad(e) => (StepStatus::Failed, None, None, Some(e.clone())),
+                        ExitRead::Code(c) if *c != 0 => (
+                            StepStatus::Failed,
+                            Some(*c),
+                            exit_cause(*c).or_else(|| slurm_says.first().map(|l| l.to_string())),
+                            s.error.clone().or_else(|| s.unreadable.clone()),
+                        ),
+                        ExitRead::Code(c) => match (&s.unreadable, s.document) {
+                            (Some(e), _) => (StepStatus::Failed, Some(*c), None, Some(e.clone())),
+                            (None, false) => (
+                                StepStatus::Failed,
+                                Some(*c),
+                                None,
+                                Some(format!(
+                                    "exit 0 but no {}.json was written{}",
+                                    check.name(),
+                                    s.error
+                                        .as_deref()
+                                        .map(|e| format!(" ({e})"))
+                                        .unwrap_or_default()
+                                )),
+                            ),
+                            (None, true) => (StepStatus::Ok, Some(*c), None, None),
+                        },
+                        ExitRead::Absent => {
+                            let cause = slurm_says
+                                .first()
+                                .map(|l| l.to_string())
+                                .or_else(|| Some("the step did not finish: it left no exit code (killed, or ended by Slurm before it could write one)".to_string()));
+                            match (&s.unreadable, s.document) {
+                                (Some(e), _) => (StepStatus::Failed, None, cause, Some(e.clone())),
+                                (None, false) => (
+                                    StepStatus::Failed,
+                                    None,
+                                    cause,
+                                    s.error.clone().or_else(|| {
+                                        Some(format!("no {}.json and no {0}.exit", check.name()))
+                                    }),
+                                ),
+                                // A complete document the step did not confirm: with a plan the
+                                // step scripts always write the exit code, so it did not finish.
+                                (None, true) if plan.is_some() => (
+                                    StepStatus::Failed,
+                                    None,
+                                    cause,
+                                    Some(format!(
+                                        "{}.json is there but {0}.exit is not",
+                                        check.name()
+                                    )),
+                                ),
+                                (None, true) => (StepStatus::Ok, None, None, None),
+                            }
+                        }
+                    };
+                    StepOutcome {
+                        check: check.name().to_string(),
+                        status,
+                        exit_code,
+                        cause,
+                        error,
+                        document: s.document,
+                    }
+                }
+            };
+            match outcome.status {
+                StepStatus::Ok if outcome.exit_code.is_none() => {
+                    findings.push(FleetFinding::warns(
+                        "exit_code_missing",
+                        Some(&n.folder),
+                        format!(
+                            "node {}: {}.json is complete but no {1}.exit confirms the step ended with exit 0",
+                            n.folder, outcome.check
+                        ),
+                        "without a plan the documents may have been gathered by hand; the document itself says it is complete",
+                        json!({"node": n.folder, "check": outcome.check}),
+                    ));
+                }
+                StepStatus::Ok => {}
+                StepStatus::Failed => findings.push(FleetFinding::fails(
+                    "node_failed",
+                    Some(&n.folder),
+                    format!(
+                        "node {}: {} failed{}{}: {}",
+                        n.folder,
+                        outcome.check,
+                        outcome
+                            .exit_code
+                            .map(|c| format!(" with exit code {c}"))
+                            .unwrap_or_default(),
+                        outcome
+                            .cause
+                            .as_deref()
+                            .map(|c| format!(", {c}"))
+                            .unwrap_or_default(),
+                        outcome.error.as_deref().unwrap_or("no error line was left")
+                    ),
+                    "every node must run every planned check to a complete document with exit 0",
+                    json!({"node": n.folder, "check": outcome.check, "exit_code": outcome.exit_code, "cause": outcome.cause, "error": outcome.error}),
+                )),
+                StepStatus::Missing if nothing => {}
+                StepStatus::Missing => findings.push(FleetFinding::fails(
+                    "node_missing",
+                    Some(&n.folder),
+                    format!(
+                        "node {}: left no {} files ({1}.json, .exit, .err){}: the step never ran there or its files were lost{}",
+                        n.folder,
+                        outcome.check,
+                        if plan.is_some() { " the plan names" } else { " where other nodes did" },
+                        outcome
+                            .cause
+                            .as_deref()
+                            .map(|c| format!(" ({c})"))
+                            .unwrap_or_default()
+                    ),
+                    "every node must run every planned check",
+                    json!({"node": n.folder, "check": outcome.check}),
+                )),
+            }
+            steps.push(outcome);
+        }
+        let identity = identity_of(&n.docs);
+        let visible = n
+            .docs
+            .probe
+            .as_ref()
+            .and_then(|p| p.visible_devices)
+            .or_else(|| n.docs.lot.as_ref().and_then(|l| l.visible_devices));
+        // The node's own warnings and notes, once each (the lot report and the probe both
+        // check the lot).
+        let mut own: Vec<(String, Option<String>)> = Vec::new();
+        let docs_findings = n
+            .docs
+            .lot
+            .iter()
+            .flat_map(|l| &l.findings)
+            .chain(n.docs.probe.iter().flat_map(|p| &p.findings));
+        for f in docs_findings {
+            let key = (f.code.clone(), f.device.clone());
+            if own.contains(&key) {
+                continue;
+            }
+            own.push(key);
+            findings.push(lift(&n.folder, f));
+        }
+        nodes.push(NodeVerdict {
+            folder: n.folder.clone(),
+            ok: n.exists && !nothing && steps.iter().all(|s| s.status == StepStatus::Ok),
+            identity,
+            steps,
+            visible_gpus: visible,
+            document_findings: own.len(),
+        });
+    }
+    // The job: the job's own file, else the documents' majority.
+    let mut jobs: BTreeMap<String, usize> = BTreeMap::new();
+    for n in &read {
+        if let Some(j) = identity_of(&n.docs).and_then(|i| i.job_id) {
+            *jobs.entry(j).or_default() += 1;
+        }
+    }
+    let job: Option<String> = job_file.clone().or_else(|| {
+        let best = jobs.values().copied().max()?;
+        let top: Vec<&String> = jobs.iter().filter(|(_, c)| **c == best).map(|(j, _)| j).collect();
+        if top.len() == 1 {
+            Some(top[0].to_string())
+        } else {
+            findings.push(FleetFinding::fails(
+                "mixed_jobs",
+                None,
+                format!(
+                    "the documents come from as many nodes of job {} each: which one is this fleet's is unknown",
+                    top.iter().map(|j| j.as_str()).collect::<Vec<_>>().join(" and ")
+                ),
+                "a fleet is one job's nodes",
+                json!({"jobs": top}),
+            ));
+            None
+        }
+    });
+    if job.is_none() && plan.is_some() {
+        not_checked.push(format!(
+            "the job: no {JOB_FILE} and no document names a job id, so documents of another job cannot be told apart"
+        ));
+    }
+    let expected_nodes = options
+        .nodes
+        .or(plan.as_ref().map(|p| p.nodes))
+        .or(node_list.as_ref().map(|l| l.len() as u32))
+        .or_else(|| {
+            nodes
+                .iter()
+                .filter_map(|n| n.identity.as_ref().and_then(|i| i.count))
+                .max()
+        });
+    // Foreign documents: another job, a job of another size, or written on another node.
+    for n in &read {
+        let mut said: Vec<String> = Vec::new();
+        for (check, i) in identities(&n.docs) {
+            if let (Some(j), Some(want)) = (&i.job_id, &job)
+                && j != want
+            {
+                said.push(format!("{check}.json comes from job {j}, not {want}"));
+            }
+            if let (Some(c), Some(e)) = (i.count, expected_nodes)
+                && c != e
+            {
+                said.push(format!(
+                    "{check}.json comes from a {c}-node job, not this {e}-node fleet"
+                ));
+            }
+            if i.source == lab::node::NodeSource::Slurm
+                && let Some(name) = &i.name
+                && name != &n.folder
+            {
+                said.push(format!(
+                    "{check}.json was written on node {name}, not {}",
+                    n.folder
+                ));
+            }
+        }
+        said.dedup();
+        if !said.is_empty() {
+            findings.push(FleetFinding::fails(
+                "foreign_documents",
+                Some(&n.folder),
+                format!("node {}: {}", n.folder, said.join("; ")),
+                "documents of another job or another node say nothing about this fleet",
+                json!({"node": n.folder, "job": job, "why": said}),
+            ));
+        }
+    }
+    // The same node, rank or GPU in two folders.
+    let mut names: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut ranks: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut uuids: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for n in &read {
+        if let Some(i) = identity_of(&n.docs) {
+            if let Some(name) = i.name {
+                names.entry(name).or_default().push(n.folder.clone());
+            }
+            if let Some(r) = i.rank {
+                ranks.entry(r).or_default().push(n.folder.clone());
+            }
+        }
+        for f in facts_of(n).0 {
+            if !f.uuid.is_empty() {
+                uuids
+                    .entry(f.uuid.clone())
+                    .or_default()
+                    .push(f.device.clone());
+            }
+        }
+    }
+    let dup = |what: &str, key: String, holders: &[String]| {
+        FleetFinding::fails(
+            "duplicated",
+            holders.first().map(String::as_str),
+            format!(
+                "{what} {key} appears {} times, in {}: one is a copy, the fleet has fewer distinct {} than it shows",
+                holders.len(),
+                list(holders),
+                if what == "GPU UUID" { "GPUs" } else { "nodes" }
+            ),
+            "a copied folder or document counts one node or GPU twice",
+            json!({"what": what, "value": key, "in": holders}),
+        )
+    };
+    for (k, v) in names.iter().filter(|(_, v)| v.len() > 1) {
+        findings.push(dup("node name", k.clone(), v));
+    }
+    for (k, v) in ranks.iter().filter(|(_, v)| v.len() > 1) {
+        findings.push(dup("node rank", k.to_string(), v));
+    }
+    for (k, v) in uuids.iter().filter(|(_, v)| v.len() > 1) {
+        findings.push(dup("GPU UUID", k.clone(), v));
+    }
+    // Nodes the job counts but no folder holds, or more folders than it has.
+    let present = read.iter().filter(|n| n.exists).count();
+    if let Some(expected) = expected_nodes {
+        if node_list.is_none() && (present as u64) < u64::from(expected) {
+            let seen: Vec<u32> = ranks.keys().copied().collect();
+            let absent: Vec<u32> = (0..expected).filter(|r| !seen.contains(r)).collect();
+            let which = if absent.is_empty() || absent.len() != expected as usize - present {
+                String::new()
+            } else {
+                format!(
+                    " (rank {})",
+                    absent
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            findings.push(FleetFinding::fails(
+                "node_missing",
+                None,
+                format!(
+                    "the job has {expected} nodes but {} holds {present} node folder(s): {} node(s) left nothing{which}",
+                    dir.display(),
+                    expected as usize - present
+                ),
+                "every node the job had must run every check",
+                json!({"expected_nodes": expected, "node_folders": present, "absent_ranks": absent}),
+            ));
+        }
+        if read.len() as u64 > u64::from(expected) {
+            findings.push(FleetFinding::fails(
+                "node_extra",
+                None,
+                format!(
+                    "{} holds {} node folder(s) for a {expected}-node fleet: the others are not this job's",
+                    dir.display(),
+                    read.len()
+                ),
+                "only the job's nodes can speak for it",
+                json!({"expected_nodes": expected, "node_folders": read.len()}),
+            ));
+        }
+    } else {
+        not_checked.push(
+            "the node count: no plan, no --nodes and no document gives it, so a node that left no folder cannot be seen".to_string(),
+        );
+    }
+    // The table.
+    let gpus: Vec<FleetGpu> = read.iter().flat_map(rows_of).collect();
+    let outliers = fleet_outliers(&gpus, options.outlier_percent);
+    let mut by_gpu: BTreeMap<(&str, &str), Vec<&FleetOutlier>> = BTreeMap::new();
+    for o in &outliers {
+        by_gpu.entry((&o.node, &o.device)).or_default().push(o);
+    }
+    for ((node, device), mine) in by_gpu {
+        let parts: Vec<String> = mine
+            .iter()
+            .map(|o| {
+                format!(
+                    "{} {:.3}, {:.0}% below the fleet's median of the others {:.3}",
+                    o.figure, o.value, o.percent_below, o.median_of_others
+                )
+            })
+            .collect();
+        let mut f = FleetFinding::fails(
+            "fleet_outlier",
+            Some(node),
+            format!(
+                "node {node} {device} is the fleet's outlier, more than {:.0}% below the other GPUs of every node on {} figure(s): {}",
+                options.outlier_percent,
+                mine.len(),
+                parts.join("; ")
+            ),
+            "one GPU slower than the rest holds back every job spread over the fleet",
+            json!({"node": node, "device": device, "figures": mine}),
+        );
+        f.gpu = Some(device.to_string());
+        findings.push(f);
+    }
+    // The package over all nodes.
+    let package = options.package.clone().map(|mut p| {
+        p.share = None;
+        p
+    });
+    if let Some(exp) = &package {
+        let mut facts = Vec::new();
+        let mut visible = 0usize;
+        for n in &read {
+            let (f, v) = facts_of(n);
+            visible += v.unwrap_or(f.len());
+            facts.extend(f);
+        }
+        for f in check_package_findings(&facts, visible, exp, &options.datasheet) {
+            let mut message = f.message;
+            if f.code == "gpu_missing" {
+                message = message.replace(
+                    "this machine or container",
+                    &format!("the fleet's {} node(s)", nodes.len()),
+                );
+            }
+            let (effect, why) = match f.severity {
+                Severity::Warning => (
+                    Effect::Fails,
+                    "the fleet does not make up the package that was paid for",
+                ),
+                Severity::Note => (
+                    Effect::Warns,
+                    "worth knowing about the package; costs nothing by itself",
+                ),
+            };
+            let node = f
+                .device
+                .as_deref()
+                .and_then(|d| d.split_once('/'))
+                .map(|(n, _)| n.to_string());
+            let gpu = f
+                .device
+                .as_deref()
+                .and_then(|d| d.split_once('/'))
+                .map(|(_, g)| g.to_string());
+            findings.push(FleetFinding {
+                code: f.code,
+                effect,
+                node,
+                gpu,
+                message,
+                why: why.to_string(),
+                figures: f.figures,
+            });
+        }
+    } else if plan.as_ref().is_some_and(|p| p.device == Device::Cpu) {
+        not_checked.push(
+            "the package: the plan ran on the CPU reference device, which holds no GPU of it"
+                .to_string(),
+        );
+    } else {
+        not_checked.push(
+            "the package: none given (--package GPU:DAYS:LOTS, or a plan of GPUs), so the GPU count, models and memory over all nodes were not checked".to_string(),
+        );
+    }
+    findings.sort_by_key(|f| f.effect == Effect::Warns);
+    let failures = findings
+        .iter()
+        .filter(|f| f.effect == Effect::Fails)
+        .count();
+    let warnings = findings.len() - failures;
+    let ok = failures == 0;
+    Ok(FleetVerdict {
+        schema: FLEET_VERDICT_SCHEMA.to_string(),
+        folder: dir.display().to_string(),
+        plan,
+        job,
+        expected_nodes,
+        nodes,
+        checks: required.iter().map(|c| c.name().to_string()).collect(),
+        gpus,
+        package,
+        outliers,
+        findings,
+        failures,
+        warnings,
+        not_checked,
+        ok,
+        exit_code: u8::from(!ok),
+    })
+}
+
+/// Every GPU more than `percent` below the median of all the other GPUs of the fleet, per
+/// figure: one sort per figure, O(G log G).
+fn fleet_outliers(gpus: &[FleetGpu], percent: f64) -> Vec<FleetOutlier> {
+    let mut names: Vec<&str> = Vec::new();
+    for g in gpus.iter().filter(|g| g.gpu) {
+        for f in &g.figures {
+            if !names.contains(&f.figure.as_str()) {
+                names.push(&f.figure);
+            }
+        }
+    }
+    let mut outliers = Vec::new();
+    for name in names {
+        let members: Vec<(&FleetGpu, f64)> = gpus
+            .iter()
+            .filter(|g| g.gpu)
+            .filter_map(|g| {
+                g.figures
+                    .iter()
+                    .find(|f| f.figure == name)
+                    .map(|f| (g, f.value))
+            })
+            .collect();
+        let values: Vec<f64> = members.iter().map(|(_, v)| *v).collect();
+        for o in low_outliers_of_lot(&values, percent) {
+            let g = members[o.index].0;
+            outliers.push(FleetOutlier {
+                node: g.node.clone(),
+                device: g.device.clone(),
+                figure: name.to_string(),
+                value: o.value,
+                median_of_others: o.median_of_others,
+                percent_below: o.percent_below,
+            });
+        }
+    }
+    outliers
+}
+
+fn pad(cell: &str, width: usize) -> String {
+    format!("{cell:<width$}")
+}
+
+/// The verdict line: OK with what was checked, or FAILED with how many findings fail it.
+pub fn verdict_line(v: &FleetVerdict) -> String {
+    if v.ok {
+        let mut what = match &v.plan {
+            Some(p) => format!(
+                "every planned check ({}) ran to a complete document with exit 0 on all {} node(s){}",
+                v.checks.join(", "),
+                p.nodes,
+                v.job
+                    .as_deref()
+                    .map(|j| format!(" of job {j}"))
+                    .unwrap_or_default()
+            ),
+            None => format!(
+                "every node folder ran the checks any node ran ({})",
+                v.checks.join(", ")
+            ),
+        };
+        what.push_str(", no failing finding, no outlier");
+        if v.package.is_some() {
+            what.push_str(", the package matches");
+        }
+        if !v.not_checked.is_empty() {
+            what.push_str(&format!("; {} thing(s) not checked", v.not_checked.len()));
+        }
+        format!("verdict: OK: {what} (exit {})", v.exit_code)
+    } else {
+        let mut codes: Vec<&str> = Vec::new();
+        for f in v.findings.iter().filter(|f| f.effect == Effect::Fails) {
+            if !codes.contains(&f.code.as_str()) {
+                codes.push(&f.code);
+            }
+        }
+        format!(
+            "verdict: FAILED: {} finding(s) fail the fleet ({}) (exit {})",
+            v.failures,
+            codes.join(", "),
+            v.exit_code
+        )
+    }
+}
+
+/// The verdict as text: the verdict line first, what was not checked, the findings, the nodes,
+/// then the table of node x GPU (all of it with `table`, else at most [`TABLE_ROWS`] rows:
+/// outliers and GPUs with a failing finding first, the rest summarised per figure).
+pub fn render(v: &FleetVerdict, table: bool) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", verdict_line(v));
+    let _ = writeln!(
+        out,
+        "fleet check {}: {} node(s){}, {} GPU(s), checks: {}{}",
+        v.folder,
+        v.nodes.len(),
+        v.expected_nodes
+            .map(|n| format!(" of {n} expected"))
+            .unwrap_or_default(),
+        v.gpus.iter().filter(|g| g.gpu).count(),
+        v.checks.join(", "),
+        v.job
+            .as_deref()
+            .map(|j| format!(", job {j}"))
+            .unwrap_or_default()
+    );
+    if let Some(p) = &v.package {
+        let _ = writeln!(
+            out,
+            "package: {} promises {} x {} over all nodes",
+            p.package, p.gpus, p.model
+        );
+    }
+    for n in &v.not_checked {
+        let _ = writeln!(out, "not checked: {n}");
+    }
+    let _ = writeln!(
+        out,
+        "\nfindings: {} fail the fleet, {} warn",
+        v.failures, v.warnings
+    );
+    for f in &v.findings {
+        let level = match f.effect {
+            Effect::Fails => "FAIL",
+            Effect::Warns => "warn",
+        };
+        let _ = writeln!(out, "  {level} {}: {} (why: {})", f.code, f.message, f.why);
+    }
+    let _ = writeln!(out);
+    let shown_nodes: Vec<&NodeVerdict> = if table || v.nodes.len() <= TABLE_ROWS {
+        v.nodes.iter().collect()
+    } else {
+        v.nodes.iter().filter(|n| !n.ok).take(TABLE_ROWS).collect()
+    };
+    for n in &shown_nodes {
+        let steps: Vec<String> = n
+            .steps
+            .iter()
+            .map(|s| match s.status {
+                StepStatus::Ok => format!("{} ok", s.check),
+                StepStatus::Failed => format!(
+                    "{} FAILED{}",
+                    s.check,
+                    s.exit_code
+                        .map(|c| format!(" (exit {c})"))
+                        .unwrap_or_default()
+                ),
+                StepStatus::Missing => format!("{} MISSING", s.check),
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "node {}{}: {}",
+            n.folder,
+            n.identity
+                .as_ref()
+                .map(|i| format!(" [{}]", i.describe()))
+                .unwrap_or_default(),
+            if steps.is_empty() {
+                "no check".to_string()
+            } else {
+                steps.join(", ")
+            }
+        );
+    }
+    if shown_nodes.len() < v.nodes.len() {
+        let _ = writeln!(
+            out,
+            "... {} more node(s), every step ok (--table lists every node)",
+            v.nodes.len() - shown_nodes.len()
+        );
+    }
+    // The table: fixed columns, then one per figure.
+    let mut figures: Vec<&str> = Vec::new();
+    for g in &v.gpus {
+        for f in &g.figures {
+            if !figures.contains(&f.figure.as_str()) {
+                figures.push(&f.figure);
+            }
+        }
+    }
+    let flagged = |g: &FleetGpu| {
+        v.outliers
+            .iter()
+            .any(|o| o.node == g.node && o.device == g.device)
+            || v.findings.iter().any(|f| {
+                f.effect == Effect::Fails
+                    && f.node.as_deref() == Some(g.node.as_str())
+                    && f.gpu.as_deref() == Some(g.device.as_str())
+            })
+    };
+    let rows_shown: Vec<&FleetGpu> = if table || v.gpus.len() <= TABLE_ROWS {
+        v.gpus.iter().collect()
+    } else {
+        let mut r: Vec<&FleetGpu> = v.gpus.iter().filter(|g| flagged(g)).collect();
+        r.truncate(TABLE_ROWS);
+        r
+    };
+    let mut rows: Vec<Vec<String>> = vec![
+        ["node", "device", "model", "uuid", "MiB", "driver"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(figures.iter().map(|f| f.to_string()))
+            .collect(),
+    ];
+    for g in &rows_shown {
+        let mut row = vec![
+            g.node.clone(),
+            g.device.clone(),
+            g.model.clone(),
+            g.uuid.clone().unwrap_or_else(|| "-".into()),
+            g.memory_mib.map_or("-".into(), |m| m.to_string()),
+            g.driver.clone().unwrap_or_else(|| "-".into()),
+        ];
+        for name in &figures {
+            let cell =
+                g.figures
+                    .iter()
+                    .find(|f| f.figure == *name)
+                    .map_or("-".to_string(), |f| {
+                        let outlier = v.outliers.iter().any(|o| {
+                            o.node == g.node && o.device == g.device && o.figure == f.figure
+                        });
+                        format!(
+                            "{:.1}{}{}",
+                            f.value,
+                            f.percent.map(|p| format!(" ({p:.0}%)")).unwrap_or_default(),
+                            if outlier { " LOW" } else { "" }
+                        )
+                    });
+            row.push(cell);
+        }
+        rows.push(row);
+    }
+    if rows.len() > 1 {
+        let columns = rows[0].len();
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+            .collect();
+        for r in &rows {
+            let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| pad(c, *w)).collect();
+            let _ = writeln!(out, "  {}", line.join("  ").trim_end());
+        }
+    }
+    if rows_shown.len() < v.gpus.len() {
+        let _ = writeln!(
+            out,
+            "  ... {} more GPU(s) not flagged (--table prints every row); per figure over all GPUs:",
+            v.gpus.len() - rows_shown.len()
+        );
+        for name in &figures {
+            let mut values: Vec<f64> = v
+                .gpus
+                .iter()
+                .filter_map(|g| g.figures.iter().find(|f| f.figure == *name))
+                .map(|f| f.value)
+                .filter(|x| x.is_finite())
+                .collect();
+            values.sort_by(f64::total_cmp);
+            if let (Some(lo), Some(hi)) = (values.first(), values.last()) {
+                let _ = writeln!(
+                    out,
+                    "    {name}: {} GPU(s), min {lo:.1}, median {:.1}, max {hi:.1}",
+                    values.len(),
+                    lab::stats::median(&values).unwrap_or(f64::NAN)
+                );
+            }
+        }
+    }
+    out
+}
 fn driver_of(details: &Value) -> Option<String> {
     details
         .pointer("/nvml/driver_version")
@@ -450,419 +1823,6 @@ fn identity_of(docs: &NodeDocuments) -> Option<NodeIdentity> {
         .or_else(|| docs.measure.as_ref().and_then(|d| d.node.clone()))
 }
 
-fn document_warnings(docs: &NodeDocuments) -> usize {
-    docs.lot.as_ref().map_or(0, |l| l.warnings) + docs.probe.as_ref().map_or(0, |p| p.warnings)
-}
-
-/// Judges every node folder of `dir`.
-pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetError> {
-    if !dir.is_dir() {
-        return Err(FleetError::NotAFolder(dir.to_path_buf()));
-    }
-    let mut folders: Vec<(String, PathBuf)> = std::fs::read_dir(dir)
-        .map_err(|e| FleetError::Read {
-            path: dir.to_path_buf(),
-            reason: lab_io::files::os_message(&e),
-        })?
-        .filter_map(Result::ok)
-        .filter(|e| e.path().symlink_metadata().is_ok_and(|m| m.is_dir()))
-        .filter_map(|e| e.file_name().to_str().map(|n| (n.to_string(), e.path())))
-        .filter(|(n, _)| !n.starts_with('.'))
-        .collect();
-    folders.sort();
-    if folders.is_empty() {
-        return Err(FleetError::NoNode(dir.to_path_buf()));
-    }
-    let read: Vec<NodeRead> = folders
-        .into_iter()
-        .map(|(name, path)| read_node(&path, name))
-        .collect();
-    let ran: Vec<Check> = Check::ALL
-        .into_iter()
-        .filter(|c| {
-            read.iter()
-                .any(|n| n.steps.iter().any(|(s, r)| s == c && r.is_some()))
-        })
-        .collect();
-    let mut findings: Vec<Finding> = Vec::new();
-    let mut nodes = Vec::new();
-    for n in &read {
-        let mut steps = Vec::new();
-        for (check, step) in &n.steps {
-            if !ran.contains(check) {
-                continue;
-            }
-            let outcome = match step {
-                None => StepOutcome {
-                    check: check.name().to_string(),
-                    status: StepStatus::Missing,
-                    exit_code: None,
-                    error: None,
-                    document: false,
-                },
-                Some(s) => {
-                    let failed_exit = s.exit_code.is_some_and(|c| c != 0);
-                    let no_document = !s.document && !failed_exit;
-                    let status = if failed_exit || s.unreadable.is_some() || no_document {
-                        StepStatus::Failed
-                    } else {
-                        StepStatus::Ok
-                    };
-                    let error = if failed_exit {
-                        s.error.clone().or_else(|| s.unreadable.clone())
-                    } else if no_document {
-                        Some(format!(
-                            "no {}.json was written{}",
-                            check.name(),
-                            s.error
-                                .as_deref()
-                                .map(|e| format!(" ({e})"))
-                                .unwrap_or_default()
-                        ))
-                    } else {
-                        s.unreadable.clone()
-                    };
-                    StepOutcome {
-                        check: check.name().to_string(),
-                        status,
-                        exit_code: s.exit_code,
-                        error,
-                        document: s.document,
-                    }
-                }
-            };
-            match outcome.status {
-                StepStatus::Ok => {}
-                StepStatus::Failed => findings.push(Finding::warning(
-                    "node_failed",
-                    Some(&n.folder),
-                    format!(
-                        "node {}: {} failed{}: {}",
-                        n.folder,
-                        outcome.check,
-                        outcome
-                            .exit_code
-                            .map(|c| format!(" with exit code {c}"))
-                            .unwrap_or_default(),
-                        outcome.error.as_deref().unwrap_or("no error line was left")
-                    ),
-                    json!({"node": n.folder, "check": outcome.check, "exit_code": outcome.exit_code, "error": outcome.error}),
-                )),
-                StepStatus::Missing => findings.push(Finding::warning(
-                    "node_missing",
-                    Some(&n.folder),
-                    format!(
-                        "node {}: left no {} files ({0}.json, .exit, .err) where the other nodes did: the step never ran or its files were lost",
-                        n.folder, outcome.check
-                    ),
-                    json!({"node": n.folder, "check": outcome.check}),
-                )),
-            }
-            steps.push(outcome);
-        }
-        let identity = identity_of(&n.docs);
-        let visible = n
-            .docs
-            .probe
-            .as_ref()
-            .and_then(|p| p.visible_devices)
-            .or_else(|| n.docs.lot.as_ref().and_then(|l| l.visible_devices));
-        nodes.push(NodeVerdict {
-            folder: n.folder.clone(),
-            ok: steps.iter().all(|s| s.status == StepStatus::Ok),
-            identity,
-            steps,
-            visible_gpus: visible,
-            document_warnings: document_warnings(&n.docs),
-        });
-    }
-    // Nodes the job counts but no folder holds.
-    let expected_nodes = options.nodes.or_else(|| {
-        nodes
-            .iter()
-            .filter_map(|n| n.identity.as_ref().and_then(|i| i.count))
-            .max()
-    });
-    if let Some(expected) = expected_nodes
-        && (nodes.len() as u64) < u64::from(expected)
-    {
-        let seen: Vec<u32> = nodes
-            .iter()
-            .filter_map(|n| n.identity.as_ref().and_then(|i| i.rank))
-            .collect();
-        let absent: Vec<u32> = (0..expected).filter(|r| !seen.contains(r)).collect();
-        let which = if absent.is_empty() || absent.len() != expected as usize - nodes.len() {
-            String::new()
-        } else {
-            format!(
-                " (rank {})",
-                absent
-                    .iter()
-                    .map(u32::to_string)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
-        };
-        findings.push(Finding::warning(
-            "node_missing",
-            None,
-            format!(
-                "the job has {expected} nodes but {} holds {} node folder(s): {} node(s) left nothing{which}",
-                dir.display(),
-                nodes.len(),
-                expected as usize - nodes.len()
-            ),
-            json!({"expected_nodes": expected, "node_folders": nodes.len(), "absent_ranks": absent}),
-        ));
-    }
-    // The table.
-    let gpus: Vec<FleetGpu> = read.iter().flat_map(rows_of).collect();
-    // Outliers across the fleet, GPUs only, per figure.
-    let mut names: Vec<&str> = Vec::new();
-    for g in gpus.iter().filter(|g| g.gpu) {
-        for f in &g.figures {
-            if !names.contains(&f.figure.as_str()) {
-                names.push(&f.figure);
-            }
-        }
-    }
-    let mut outliers = Vec::new();
-    for name in names {
-        let members: Vec<(&FleetGpu, f64)> = gpus
-            .iter()
-            .filter(|g| g.gpu)
-            .filter_map(|g| {
-                g.figures
-                    .iter()
-                    .find(|f| f.figure == name)
-                    .map(|f| (g, f.value))
-            })
-            .collect();
-        let values: Vec<f64> = members.iter().map(|(_, v)| *v).collect();
-        for o in low_outliers_of_lot(&values, options.outlier_percent) {
-            let g = members[o.index].0;
-            outliers.push(FleetOutlier {
-                node: g.node.clone(),
-                device: g.device.clone(),
-                figure: name.to_string(),
-                value: o.value,
-                median_of_others: o.median_of_others,
-                percent_below: o.percent_below,
-            });
-        }
-    }
-    let mut outlying: Vec<(&str, &str)> = Vec::new();
-    for o in &outliers {
-        if !outlying.contains(&(o.node.as_str(), o.device.as_str())) {
-            outlying.push((&o.node, &o.device));
-        }
-    }
-    for (node, device) in outlying {
-        let mine: Vec<&FleetOutlier> = outliers
-            .iter()
-            .filter(|o| o.node == node && o.device == device)
-            .collect();
-        let parts: Vec<String> = mine
-            .iter()
-            .map(|o| {
-                format!(
-                    "{} {:.3}, {:.0}% below the fleet's median of the others {:.3}",
-                    o.figure, o.value, o.percent_below, o.median_of_others
-                )
-            })
-            .collect();
-        findings.push(Finding::warning(
-            "fleet_outlier",
-            Some(&format!("{node}/{device}")),
-            format!(
-                "node {node} {device} is the fleet's outlier, more than {:.0}% below the other GPUs of every node on {} figure(s): {}",
-                options.outlier_percent,
-                mine.len(),
-                parts.join("; ")
-            ),
-            json!({"node": node, "device": device, "figures": mine}),
-        ));
-    }
-    // The package over all nodes.
-    let package = options.package.clone().map(|mut p| {
-        p.share = None;
-        p
-    });
-    if let Some(exp) = &package {
-        let mut facts = Vec::new();
-        let mut visible = 0usize;
-        for n in &read {
-            let (f, v) = facts_of(n);
-            visible += v.unwrap_or(f.len());
-            facts.extend(f);
-        }
-        for mut f in check_package_findings(&facts, visible, exp, &options.datasheet) {
-            if f.code == "gpu_missing" {
-                f.message = f.message.replace(
-                    "this machine or container",
-                    &format!("the fleet's {} node(s)", nodes.len()),
-                );
-            }
-            findings.push(f);
-        }
-    }
-    findings.sort_by_key(|f| f.severity == Severity::Note);
-    let warnings = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Warning)
-        .count();
-    let ok = warnings == 0;
-    Ok(FleetVerdict {
-        schema: FLEET_VERDICT_SCHEMA.to_string(),
-        folder: dir.display().to_string(),
-        expected_nodes,
-        nodes,
-        checks: ran.iter().map(|c| c.name().to_string()).collect(),
-        gpus,
-        package,
-        outliers,
-        findings,
-        warnings,
-        ok,
-        exit_code: u8::from(!ok),
-    })
-}
-
-fn pad(cell: &str, width: usize) -> String {
-    format!("{cell:<width$}")
-}
-
-/// The verdict as text: the nodes, the table of node x GPU, the findings, one verdict line.
-pub fn render(v: &FleetVerdict) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "fleet check {}: {} node folder(s){}, {} GPU(s), checks: {}",
-        v.folder,
-        v.nodes.len(),
-        v.expected_nodes
-            .map(|n| format!(" of {n} expected"))
-            .unwrap_or_default(),
-        v.gpus.iter().filter(|g| g.gpu).count(),
-        v.checks.join(", ")
-    );
-    if let Some(p) = &v.package {
-        let _ = writeln!(
-            out,
-            "package: {} promises {} x {} over all nodes",
-            p.package, p.gpus, p.model
-        );
-    }
-    let _ = writeln!(out);
-    for n in &v.nodes {
-        let steps: Vec<String> = n
-            .steps
-            .iter()
-            .map(|s| match s.status {
-                StepStatus::Ok => format!("{} ok", s.check),
-                StepStatus::Failed => format!(
-                    "{} FAILED{}",
-                    s.check,
-                    s.exit_code
-                        .map(|c| format!(" (exit {c})"))
-                        .unwrap_or_default()
-                ),
-                StepStatus::Missing => format!("{} MISSING", s.check),
-            })
-            .collect();
-        let _ = writeln!(
-            out,
-            "node {}{}: {}",
-            n.folder,
-            n.identity
-                .as_ref()
-                .map(|i| format!(" [{}]", i.describe()))
-                .unwrap_or_default(),
-            steps.join(", ")
-        );
-    }
-    // The table: fixed columns, then one per figure.
-    let mut figures: Vec<&str> = Vec::new();
-    for g in &v.gpus {
-        for f in &g.figures {
-            if !figures.contains(&f.figure.as_str()) {
-                figures.push(&f.figure);
-            }
-        }
-    }
-    let mut rows: Vec<Vec<String>> = vec![
-        ["node", "device", "model", "uuid", "MiB", "driver"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain(figures.iter().map(|f| f.to_string()))
-            .collect(),
-    ];
-    for g in &v.gpus {
-        let mut row = vec![
-            g.node.clone(),
-            g.device.clone(),
-            g.model.clone(),
-            g.uuid.clone().unwrap_or_else(|| "-".into()),
-            g.memory_mib.map_or("-".into(), |m| m.to_string()),
-            g.driver.clone().unwrap_or_else(|| "-".into()),
-        ];
-        for name in &figures {
-            let cell =
-                g.figures
-                    .iter()
-                    .find(|f| f.figure == *name)
-                    .map_or("-".to_string(), |f| {
-                        let outlier = v.outliers.iter().any(|o| {
-                            o.node == g.node && o.device == g.device && o.figure == f.figure
-                        });
-                        format!(
-                            "{:.1}{}{}",
-                            f.value,
-                            f.percent.map(|p| format!(" ({p:.0}%)")).unwrap_or_default(),
-                            if outlier { " LOW" } else { "" }
-                        )
-                    });
-            row.push(cell);
-        }
-        rows.push(row);
-    }
-    let columns = rows[0].len();
-    let widths: Vec<usize> = (0..columns)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let _ = writeln!(out);
-    for r in &rows {
-        let line: Vec<String> = r.iter().zip(&widths).map(|(c, w)| pad(c, *w)).collect();
-        let _ = writeln!(out, "  {}", line.join("  ").trim_end());
-    }
-    let _ = writeln!(out);
-    let notes = v.findings.len() - v.warnings;
-    let _ = writeln!(
-        out,
-        "fleet checks: {} warning(s), {notes} note(s)",
-        v.warnings
-    );
-    for f in &v.findings {
-        let level = match f.severity {
-            Severity::Warning => "WARNING",
-            Severity::Note => "note",
-        };
-        let _ = writeln!(out, "  {level} {}: {}", f.code, f.message);
-    }
-    let _ = writeln!(
-        out,
-        "verdict: {} (exit {})",
-        if v.ok {
-            "OK: every node ran every check, no outlier, the package matches"
-        } else {
-            "FAILED"
-        },
-        v.exit_code
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -871,6 +1831,30 @@ mod tests {
         let d = dir.join(node);
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join(file), text).unwrap();
+    }
+
+    fn env_doc() -> String {
+        serde_json::to_string(&EnvironmentReport {
+            environment: lab::environment::Environment {
+                schema: ENVIRONMENT_SCHEMA.into(),
+                tool: lab::tool::ToolInfo::new(None),
+                requested_device: "cpu".into(),
+                backend: "cpu-reference".into(),
+                reference_device: true,
+                usable: true,
+                problem: None,
+                details: json!({"cpu_model": "Test CPU"}),
+            },
+            node: None,
+        })
+        .unwrap()
+    }
+
+    fn codes(v: &FleetVerdict) -> Vec<(&str, Option<&str>, Effect)> {
+        v.findings
+            .iter()
+            .map(|f| (f.code.as_str(), f.node.as_deref(), f.effect))
+            .collect()
     }
 
     #[test]
@@ -885,27 +1869,92 @@ mod tests {
     }
 
     #[test]
+    fn empty_and_symlink_only_node_folders_never_pass() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("n1")).unwrap();
+        std::fs::create_dir_all(dir.path().join("n2")).unwrap();
+        let v = check(dir.path(), &CheckOptions::default()).unwrap();
+        assert!(!v.ok);
+        assert_eq!(
+            codes(&v),
+            [
+                ("nothing_ran", None, Effect::Fails),
+                ("node_empty", Some("n1"), Effect::Fails),
+                ("node_empty", Some("n2"), Effect::Fails)
+            ]
+        );
+        assert!(render(&v, false).starts_with("verdict: FAILED"));
+        // Links to another node's documents are not documents the step wrote.
+        write(dir.path(), "real", "environment.json", &env_doc());
+        write(dir.path(), "real", "environment.exit", "0\n");
+        for f in ["environment.json", "environment.exit"] {
+            std::os::unix::fs::symlink(
+                dir.path().join("real").join(f),
+                dir.path().join("n1").join(f),
+            )
+            .unwrap();
+        }
+        let v = check(dir.path(), &CheckOptions::default()).unwrap();
+        assert!(!v.ok);
+        let n1 = v
+            .findings
+            .iter()
+            .find(|f| f.node.as_deref() == Some("n1"))
+            .unwrap();
+        assert!(n1.message.contains("symbolic link"), "{}", n1.message);
+    }
+
+    #[test]
+    fn exit_files_holding_garbage_a_huge_number_or_a_fifo_fail_the_step() {
+        let dir = tempfile::tempdir().unwrap();
+        for n in ["n0", "n1", "n2", "n3"] {
+            write(dir.path(), n, "environment.json", &env_doc());
+        }
+        write(dir.path(), "n0", "environment.exit", "0\n");
+        write(dir.path(), "n1", "environment.exit", "zero\n");
+        write(
+            dir.path(),
+            "n2",
+            "environment.exit",
+            "99999999999999999999\n",
+        );
+        let fifo = dir.path().join("n3/environment.exit");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let v = check(dir.path(), &CheckOptions::default()).unwrap();
+        assert_eq!(
+            codes(&v),
+            [
+                ("node_failed", Some("n1"), Effect::Fails),
+                ("node_failed", Some("n2"), Effect::Fails),
+                ("node_failed", Some("n3"), Effect::Fails)
+            ]
+        );
+        assert!(
+            v.findings[0]
+                .message
+                .contains("holds `zero`, not an exit code")
+        );
+        assert!(
+            v.findings[1]
+                .message
+                .contains("not an exit code from 0 to 255")
+        );
+        assert!(
+            v.findings[2].message.contains("FIFO"),
+            "{}",
+            v.findings[2].message
+        );
+    }
+
+    #[test]
     fn a_failed_step_and_a_missing_one_are_named_with_their_error() {
         let dir = tempfile::tempdir().unwrap();
-        let env = serde_json::to_string(&EnvironmentReport {
-            environment: lab::environment::Environment {
-                schema: ENVIRONMENT_SCHEMA.into(),
-                tool: lab::tool::ToolInfo::new(None),
-                requested_device: "cpu".into(),
-                backend: "cpu-reference".into(),
-                reference_device: true,
-                usable: true,
-                problem: None,
-                details: json!({"cpu_model": "Test CPU"}),
-            },
-            node: None,
-        })
-        .unwrap();
         for n in ["n0", "n1", "n2"] {
-            write(dir.path(), n, "environment.json", &env);
+            write(dir.path(), n, "environment.json", &env_doc());
             write(dir.path(), n, "environment.exit", "0\n");
         }
-        write(dir.path(), "n1", "probe.exit", "1\n");
+        write(dir.path(), "n1", "probe.exit", "137\n");
         write(
             dir.path(),
             "n1",
@@ -917,32 +1966,175 @@ mod tests {
         let v = check(dir.path(), &CheckOptions::default()).unwrap();
         assert_eq!(v.checks, ["environment", "probe"]);
         assert_eq!(v.exit_code(), 1);
-        let codes: Vec<(&str, Option<&str>)> = v
-            .findings
-            .iter()
-            .map(|f| (f.code.as_str(), f.device.as_deref()))
-            .collect();
-        // n0's probe exited 0 but wrote no document; n1's failed; n2 left nothing.
+        // n0's probe exited 0 but wrote no document; n1's was killed; n2 left nothing.
         assert_eq!(
-            codes,
+            codes(&v),
             [
-                ("node_failed", Some("n0")),
-                ("node_failed", Some("n1")),
-                ("node_missing", Some("n2"))
+                ("node_failed", Some("n0"), Effect::Fails),
+                ("node_failed", Some("n1"), Effect::Fails),
+                ("node_missing", Some("n2"), Effect::Fails)
             ]
         );
         assert!(
             v.findings[1].message.contains(
-                "node n1: probe failed with exit code 1: iteragpu: error: no NVIDIA driver was found"
+                "node n1: probe failed with exit code 137, killed by SIGKILL (exit 137: out of memory, or Slurm ending the step at its time limit or on scancel): iteragpu: error: no NVIDIA driver was found"
             ),
             "{}",
             v.findings[1].message
         );
-        let text = render(&v);
+        let text = render(&v, false);
         assert!(
-            text.contains("node n1: environment ok, probe FAILED (exit 1)"),
+            text.contains("node n1: environment ok, probe FAILED (exit 137)"),
             "{text}"
         );
-        assert!(text.contains("verdict: FAILED (exit 1)"), "{text}");
+        assert!(text.starts_with("verdict: FAILED: 3 finding(s)"), "{text}");
+        assert!(text.contains("not checked: the plan"), "{text}");
+    }
+
+    #[test]
+    fn the_plan_requires_every_node_and_check_and_names_the_cancelled_job() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut plan = crate::tests::plan(Device::Cpu);
+        plan.checks = vec![Check::Environment, Check::Probe];
+        std::fs::write(dir.path().join(PLAN_FILE), plan.to_json()).unwrap();
+        std::fs::write(dir.path().join(crate::slurm::NODES), "n1\nn2\nn3\nn4\n").unwrap();
+        std::fs::write(dir.path().join(JOB_FILE), "77\n").unwrap();
+        for n in ["n1", "n2", "n3"] {
+            write(dir.path(), n, "environment.json", &env_doc());
+            write(dir.path(), n, "environment.exit", "0\n");
+        }
+        // n3's environment is cut short and never confirmed; Slurm says why.
+        write(
+            dir.path(),
+            "n3",
+            "environment.json",
+            "{\"schema\": \"iteragpu.env",
+        );
+        std::fs::remove_file(dir.path().join("n3/environment.exit")).unwrap();
+        std::fs::write(
+            dir.path().join("slurm-77.out"),
+            "== environment\nslurmstepd: error: *** STEP 77.0 ON n3 CANCELLED AT 2026-12-03T03:00:00 DUE TO TIME LIMIT ***\n",
+        )
+        .unwrap();
+        let v = check(dir.path(), &CheckOptions::default()).unwrap();
+        assert!(!v.ok);
+        let text = render(&v, false);
+        // The probe ran nowhere: every node misses it, n4 left nothing at all.
+        for n in ["n1", "n2", "n3"] {
+            assert!(
+                text.contains(&format!("node {n}: left no probe files")),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains("FAIL node_missing: node n4: the job's node list names it"),
+            "{text}"
+        );
+        assert!(
+            text.contains("node n3: environment failed, slurmstepd: error: *** STEP 77.0 ON n3 CANCELLED AT 2026-12-03T03:00:00 DUE TO TIME LIMIT ***: environment.json is cut short"),
+            "{text}"
+        );
+        assert!(
+            text.contains("FAIL slurm_time_limit: node n3: Slurm ended its step"),
+            "{text}"
+        );
+        // Healthy nodes are never blamed for what happened on n3.
+        assert!(
+            !v.findings
+                .iter()
+                .any(|f| f.node.as_deref() == Some("n1") && f.code != "node_missing")
+        );
+        assert!(
+            text.contains("not checked: the package: the plan ran on the CPU reference device"),
+            "{text}"
+        );
+        assert!(!text.contains("the package matches"), "{text}");
+    }
+
+    #[test]
+    fn documents_of_another_job_or_a_copied_node_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let ident = |name: &str, rank: u32, job: &str| {
+            let mut v: Value = serde_json::from_str(&env_doc()).unwrap();
+            v["node"] =
+                json!({"source": "slurm", "name": name, "rank": rank, "count": 3, "job_id": job});
+            v.to_string()
+        };
+        write(dir.path(), "n0", "environment.json", &ident("n0", 0, "5"));
+        write(dir.path(), "n1", "environment.json", &ident("n1", 1, "5"));
+        write(dir.path(), "n2", "environment.json", &ident("n2", 2, "9"));
+        write(dir.path(), "n3", "environment.json", &ident("n1", 1, "5"));
+        for n in ["n0", "n1", "n2", "n3"] {
+            write(dir.path(), n, "environment.exit", "0\n");
+        }
+        let v = check(dir.path(), &CheckOptions::default()).unwrap();
+        assert_eq!(v.job.as_deref(), Some("5"));
+        let c = codes(&v);
+        assert!(
+            c.contains(&("foreign_documents", Some("n2"), Effect::Fails)),
+            "{c:?}"
+        );
+        assert!(
+            c.contains(&("foreign_documents", Some("n3"), Effect::Fails)),
+            "{c:?}"
+        );
+        assert!(
+            c.contains(&("duplicated", Some("n1"), Effect::Fails)),
+            "{c:?}"
+        );
+        assert!(c.contains(&("node_extra", None, Effect::Fails)), "{c:?}");
+        let text = render(&v, false);
+        assert!(
+            text.contains("environment.json comes from job 9, not 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("node name n1 appears 2 times, in n1, n3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("node rank 1 appears 2 times, in n1, n3"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_nodes_own_warnings_are_lifted_with_node_gpu_and_effect() {
+        let f = Finding::warning(
+            "ecc_uncorrected_errors",
+            Some("cuda:1"),
+            "cuda:1 has had 3 uncorrected ECC error(s)".into(),
+            json!({}),
+        );
+        let l = lift("n2", &f);
+        assert_eq!(
+            (l.effect, l.node.as_deref(), l.gpu.as_deref()),
+            (Effect::Fails, Some("n2"), Some("cuda:1"))
+        );
+        assert!(l.message.starts_with("node n2: cuda:1 has had 3"));
+        assert_eq!(
+            lifted_effect(Severity::Warning, "pcie_link_degraded").0,
+            Effect::Warns
+        );
+        assert_eq!(
+            lifted_effect(Severity::Warning, "gemm_below_datasheet").0,
+            Effect::Fails
+        );
+        assert_eq!(
+            lifted_effect(Severity::Warning, "something_new").0,
+            Effect::Fails
+        );
+        assert_eq!(
+            lifted_effect(Severity::Note, "persistence_off").0,
+            Effect::Warns
+        );
+    }
+
+    #[test]
+    fn exit_codes_name_their_cause() {
+        assert!(exit_cause(124).unwrap().contains("time limit"));
+        assert!(exit_cause(137).unwrap().contains("SIGKILL"));
+        assert!(exit_cause(143).unwrap().contains("SIGTERM"));
+        assert_eq!(exit_cause(1), None);
     }
 }

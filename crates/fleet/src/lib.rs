@@ -7,6 +7,8 @@
 //! - [`check`]: `fleet check DIR`, every node's documents, exit codes and errors judged together
 //!   (one table of node x GPU, failed or missing nodes, the package, outliers across nodes).
 //! - [`skypilot`]: the SkyPilot task YAML (`num_nodes`, accelerators per node, `setup`, `run`).
+//! - [`quote`]: the one way a value enters either file, one function per format (shell word,
+//!   YAML scalar, `#SBATCH` value), refusing line breaks and other control characters.
 //!
 //! Both lay out their results the same way, one folder per node ([`Plan`] and the module
 //! [`slurm`] say which files). This crate writes text and reads exit codes; it starts no
@@ -15,16 +17,26 @@
 #![forbid(unsafe_code)]
 
 pub mod check;
+pub mod quote;
 pub mod skypilot;
 pub mod slurm;
 
 use std::fmt;
 use std::str::FromStr;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+/// The plan document beside the node folders, written by `fleet slurm` and `fleet skypilot`
+/// before any node runs: what `fleet check` holds the nodes to.
+pub const PLAN_FILE: &str = "fleet.json";
+/// The job's id, written by the job itself (the batch script, or every SkyPilot node) before
+/// its first check: the documents of another job in the folder are foreign.
+pub const JOB_FILE: &str = "fleet.job";
+/// The schema of [`PLAN_FILE`].
+pub const PLAN_SCHEMA: &str = "iteragpu.fleet-plan.v1";
 
 /// One check every node runs, in this order when several are asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Check {
     /// `iteragpu environment --json`: the driver, the libraries and every GPU of the node.
@@ -81,7 +93,7 @@ pub fn parse_checks(text: &str) -> Result<Vec<Check>, Error> {
 }
 
 /// Which device the checks open on every node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
     /// Every GPU of the node (`environment --device all`, `probe --device all`, `measure
@@ -93,7 +105,7 @@ pub enum Device {
 }
 
 /// What one fleet run is: the package, its nodes and what each node runs.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     /// The package as written, `GPU:DAYS:LOTS` (`b200:7:4`).
     pub package: String,
@@ -210,10 +222,7 @@ impl Plan {
     pub fn to_json(&self) -> String {
         let mut value = serde_json::to_value(self).expect("a plan serialises");
         if let Some(map) = value.as_object_mut() {
-            map.insert(
-                "schema".to_string(),
-                serde_json::Value::from("iteragpu.fleet-plan.v1"),
-            );
+            map.insert("schema".to_string(), serde_json::Value::from(PLAN_SCHEMA));
             map.insert(
                 "gpus_per_node".to_string(),
                 serde_json::Value::from(self.gpus_per_node()),
@@ -229,19 +238,6 @@ impl Plan {
             );
         }
         serde_json::to_string_pretty(&value).expect("a value serialises") + "\n"
-    }
-}
-
-/// Quotes one word for a POSIX shell: as it is when it is plainly safe, else in single quotes.
-pub fn shell_quote(word: &str) -> String {
-    let plain = !word.is_empty()
-        && word
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c));
-    if plain {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
     }
 }
 
@@ -273,8 +269,9 @@ pub enum Error {
         /// The node count asked for.
         nodes: u32,
     },
-    /// A value that would break the script it goes into.
-    #[error("{what} `{value}` {why}")]
+    /// A value that would break the script it goes into; the value is shown with its control
+    /// characters escaped, so the message stays one line.
+    #[error("{what} `{}` {why}", lab_io::text::printable(.value))]
     Value {
         /// Which option.
         what: &'static str,
@@ -329,14 +326,6 @@ pub(crate) mod tests {
         );
         p.nodes = 16;
         assert!(p.validate().is_err());
-    }
-
-    #[test]
-    fn words_are_quoted_for_the_shell() {
-        assert_eq!(shell_quote("/a/b-c.json"), "/a/b-c.json");
-        assert_eq!(shell_quote("a b"), "'a b'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
     }
 
     #[test]

@@ -6,7 +6,8 @@
 
 use std::fmt::Write as _;
 
-use crate::{Device, Error, Plan, shell_quote};
+use crate::quote;
+use crate::{Device, Error, Plan};
 
 /// Where the binary comes from on the nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,10 +37,6 @@ pub const MOUNTED_RESULTS: &str = "/iteragpu-fleet";
 /// The results folder on a node without a bucket.
 pub const LOCAL_RESULTS: &str = "~/iteragpu-fleet";
 
-fn yaml_string(s: &str) -> String {
-    serde_json::to_string(s).expect("a string serialises")
-}
-
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -68,6 +65,37 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
             why: "is not a wheel file (its name must end in .whl)",
         });
     }
+    // Every value from outside, quoted (or refused) before a line is written.
+    let package = quote::yaml("--package", &plan.package)?;
+    let model = quote::yaml("the catalogue's model name", &plan.model)?;
+    let name = quote::yaml("--name", &task.name)?;
+    let accelerators = quote::yaml(
+        "the catalogue's GPU key",
+        &format!("{}:{}", plan.gpu.to_ascii_uppercase(), plan.gpus_per_node()),
+    )?;
+    let mounts = match &task.install {
+        Install::Wheel(w) => (
+            quote::yaml("--wheel", &format!("~/iteragpu-dist/{}", file_name(w)))?,
+            quote::yaml("--wheel", w)?,
+        ),
+        Install::Kit(k) => (
+            quote::yaml("--kit", "~/iteragpu-kit")?,
+            quote::yaml("--kit", k)?,
+        ),
+    };
+    let results_source = match &task.results {
+        Some(url) => Some(quote::yaml("--results", url)?),
+        None => None,
+    };
+    let mut steps = Vec::new();
+    for &check in &plan.checks {
+        let args = plan
+            .arguments(check)
+            .iter()
+            .map(|a| quote::shell("a check's argument", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        steps.push((check, args));
+    }
     let mut y = String::new();
     let checks: Vec<&str> = plan.checks.iter().map(|c| c.name()).collect();
     let _ = writeln!(
@@ -76,9 +104,9 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
          ({} x {}, {} per node).",
         checks.join(", "),
         plan.nodes,
-        plan.package,
+        package,
         plan.gpus,
-        plan.model,
+        model,
         plan.gpus_per_node()
     );
     if plan.device == Device::Cpu {
@@ -103,39 +131,28 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
              rsync -a fleet-worker1:iteragpu-fleet/ DIR/ (fleet for rank 0)."
         );
     }
-    let _ = writeln!(y, "name: {}", task.name);
+    let _ = writeln!(y, "name: {name}");
     let _ = writeln!(y, "num_nodes: {}", plan.nodes);
     if plan.device == Device::Gpu {
         let _ = writeln!(y, "resources:");
-        let _ = writeln!(
-            y,
-            "  accelerators: {}:{}",
-            plan.gpu.to_ascii_uppercase(),
-            plan.gpus_per_node()
-        );
+        let _ = writeln!(y, "  accelerators: {accelerators}");
     }
     let _ = writeln!(y, "file_mounts:");
+    let _ = writeln!(y, "  {}: {}", mounts.0, mounts.1);
     let (setup_install, bin) = match &task.install {
-        Install::Wheel(w) => {
-            let remote = format!("~/iteragpu-dist/{}", file_name(w));
-            let _ = writeln!(y, "  {}: {}", yaml_string(&remote), yaml_string(w));
-            (
-                "python3 -m pip install --user --force-reinstall --no-deps ~/iteragpu-dist/*.whl"
-                    .to_string(),
-                "\"$(python3 -m site --user-base)/bin/iteragpu\"".to_string(),
-            )
-        }
-        Install::Kit(k) => {
-            let _ = writeln!(y, "  {}: {}", yaml_string("~/iteragpu-kit"), yaml_string(k));
-            (
-                "chmod +x ~/iteragpu-kit/bin/*/iteragpu".to_string(),
-                "~/iteragpu-kit/bin/\"$(uname -m)\"-unknown-linux-gnu/iteragpu".to_string(),
-            )
-        }
+        Install::Wheel(_) => (
+            "python3 -m pip install --user --force-reinstall --no-deps ~/iteragpu-dist/*.whl"
+                .to_string(),
+            "\"$(python3 -m site --user-base)/bin/iteragpu\"".to_string(),
+        ),
+        Install::Kit(_) => (
+            "chmod +x ~/iteragpu-kit/bin/*/iteragpu".to_string(),
+            "~/iteragpu-kit/bin/\"$(uname -m)\"-unknown-linux-gnu/iteragpu".to_string(),
+        ),
     };
-    if let Some(url) = &task.results {
+    if let Some(source) = &results_source {
         let _ = writeln!(y, "  {MOUNTED_RESULTS}:");
-        let _ = writeln!(y, "    source: {}", yaml_string(url));
+        let _ = writeln!(y, "    source: {source}");
         let _ = writeln!(y, "    mode: MOUNT");
     }
     let _ = writeln!(y, "setup: |");
@@ -148,13 +165,8 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
     let _ = writeln!(y, "  out={results}/$SKYPILOT_NODE_RANK");
     let _ = writeln!(y, "  mkdir -p \"$out\" && cd \"$out\" || exit 1");
     let _ = writeln!(y, "  failed=0");
-    for &check in &plan.checks {
+    for (check, args) in steps {
         let limit = plan.step_seconds(check);
-        let args: Vec<String> = plan
-            .arguments(check)
-            .iter()
-            .map(|a| shell_quote(a))
-            .collect();
         let (stdout, name) = match check {
             crate::Check::Environment => (format!("{check}.json"), check.name()),
             _ => (format!("{check}.stdout"), check.name()),
@@ -194,7 +206,10 @@ mod tests {
     fn nodes_and_accelerators_per_node() {
         let y = task(&plan(Device::Gpu), &wheel()).unwrap();
         assert!(y.contains("num_nodes: 4\n"), "{y}");
-        assert!(y.contains("resources:\n  accelerators: B200:2\n"), "{y}");
+        assert!(
+            y.contains("resources:\n  accelerators: \"B200:2\"\n"),
+            "{y}"
+        );
         assert!(
             y.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"),
             "{y}"

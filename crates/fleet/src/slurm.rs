@@ -11,6 +11,7 @@
 //! | --- | --- |
 //! | `DIR/fleet.sbatch` | this script |
 //! | `DIR/fleet.json` | the plan: package, nodes, GPUs per node, checks, device |
+//! | `DIR/fleet.job` | the job's id, written first; the job refuses a folder of another job |
 //! | `DIR/nodes.txt` | the allocation's node names, one a line, written before the first step |
 //! | `DIR/slurm-<job>.out` | the batch script's own output |
 //! | `DIR/<node>/<check>.json` | the check's document |
@@ -24,7 +25,8 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-use crate::{Check, Device, Error, Plan, shell_quote};
+use crate::quote;
+use crate::{Check, Device, Error, Plan};
 
 /// The file the batch script is written to, in the output folder.
 pub const SCRIPT: &str = "fleet.sbatch";
@@ -43,8 +45,75 @@ pub struct Allocation {
     pub time: Option<String>,
 }
 
-/// Checks a partition name (letters, digits, `-_.,`) and a Slurm time limit (digits, `:` and
-/// `-`, as `30`, `1:30:00` or `1-00:00:00`).
+/// The longest job time limit accepted, in minutes: 30 days, the longest package. A check of a
+/// rental is bounded; a longer limit is a typo.
+pub const MAX_TIME_MINUTES: u64 = 30 * 24 * 60;
+
+/// Why a time limit is not one of Slurm's formats.
+const TIME_FORMAT: &str = "is not a Slurm time limit: expected minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS in digits (minutes and seconds after a `:` below 60, hours after a `-` below 24), such as 30, 1:30:00 or 1-00:00:00";
+
+/// The minutes a Slurm time limit stands for, as sbatch reads it (seconds round up to a whole
+/// minute), in exactly Slurm's formats: `M`, `M:SS`, `H:MM:SS`, `D-H`, `D-H:MM`, `D-H:MM:SS`.
+/// Slurm's `0`, `-1`, `INFINITE` and `UNLIMITED` mean no limit: refused, as is any limit of
+/// zero (`0:00`) or over [`MAX_TIME_MINUTES`], since a check must end.
+pub fn time_minutes(text: &str) -> Result<u64, Error> {
+    let refuse = |why: &'static str| Error::Value {
+        what: "--time",
+        value: text.to_string(),
+        why,
+    };
+    let number = |field: &str, below: Option<u64>| -> Option<u64> {
+        if field.is_empty() || field.len() > 9 || !field.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u64 = field.parse().ok()?;
+        below.is_none_or(|b| n < b).then_some(n)
+    };
+    let (days, rest) = match text.split_once('-') {
+        Some((d, rest)) => (
+            Some(number(d, None).ok_or_else(|| refuse(TIME_FORMAT))?),
+            rest,
+        ),
+        None => (None, text),
+    };
+    let fields: Vec<&str> = rest.split(':').collect();
+    let parsed = match (days, fields.as_slice()) {
+        (None, [m]) => number(m, None).map(|m| m * 60),
+        (None, [m, s]) => number(m, None)
+            .zip(number(s, Some(60)))
+            .map(|(m, s)| m * 60 + s),
+        (None, [h, m, s]) => number(h, None)
+            .zip(number(m, Some(60)))
+            .zip(number(s, Some(60)))
+            .map(|((h, m), s)| h * 3600 + m * 60 + s),
+        (Some(d), [h]) => number(h, Some(24)).map(|h| d * 86_400 + h * 3600),
+        (Some(d), [h, m]) => number(h, Some(24))
+            .zip(number(m, Some(60)))
+            .map(|(h, m)| d * 86_400 + h * 3600 + m * 60),
+        (Some(d), [h, m, s]) => number(h, Some(24))
+            .zip(number(m, Some(60)))
+            .zip(number(s, Some(60)))
+            .map(|((h, m), s)| d * 86_400 + h * 3600 + m * 60 + s),
+        _ => None,
+    };
+    // Nine digits per field keep every sum far below u64::MAX.
+    let seconds = parsed.ok_or_else(|| refuse(TIME_FORMAT))?;
+    let minutes = seconds.div_ceil(60);
+    if minutes == 0 {
+        return Err(refuse(
+            "is no time limit at all to Slurm (0 means unlimited), and a check of a rental must end: give a positive limit such as 30",
+        ));
+    }
+    if minutes > MAX_TIME_MINUTES {
+        return Err(refuse(
+            "is longer than 30 days (the longest package), which no check of a rental needs: give a shorter limit",
+        ));
+    }
+    Ok(minutes)
+}
+
+/// Checks a partition name (letters, digits, `-_.,`) and a Slurm time limit
+/// ([`time_minutes`]).
 pub fn validate(allocation: &Allocation) -> Result<(), Error> {
     if let Some(p) = &allocation.partition
         && (p.is_empty()
@@ -58,24 +127,17 @@ pub fn validate(allocation: &Allocation) -> Result<(), Error> {
             why: "is not a partition name: letters, digits, `-`, `_`, `.` and `,` only",
         });
     }
-    if let Some(t) = &allocation.time
-        && (t.is_empty()
-            || !t
-                .chars()
-                .all(|c| c.is_ascii_digit() || c == ':' || c == '-')
-            || !t.starts_with(|c: char| c.is_ascii_digit()))
-    {
-        return Err(Error::Value {
-            what: "--time",
-            value: t.clone(),
-            why: "is not a Slurm time limit: minutes, MM:SS, HH:MM:SS or D-HH:MM:SS",
-        });
+    if let Some(t) = &allocation.time {
+        time_minutes(t)?;
     }
     Ok(())
 }
 
 /// The per-node step every `srun` runs: `bash -c "$STEP" fleet-step CHECK LIMIT BINARY ARGS...`.
 const STEP: &str = r#"check=$1; limit=$2; shift 2
+# Slurm ends a step (its time limit, scancel) with SIGTERM, then SIGKILL: the trap waits for the
+# check to end and still writes its exit code and the cause.
+ended=; trap 'ended=1' TERM INT
 node=${SLURMD_NODENAME:?slurmd sets SLURMD_NODENAME}
 case $node in ''|.|..|*/*) echo "fleet-step: unusable node name '$node'" >&2; exit 1 ;; esac
 out=$FLEET_DIR/$node
@@ -87,7 +149,10 @@ else
     timeout --kill-after=10 "$limit" "$@" >"$check.stdout" 2>"$check.stderr"
 fi
 rc=$?
-if [ "$rc" -ne 0 ]; then
+if [ -n "$ended" ]; then
+    [ "$rc" -ne 0 ] || rc=143
+    printf '%s\n' "ended by Slurm with SIGTERM (the step's time limit, scancel, or the node going down)" >"$check.err"
+elif [ "$rc" -ne 0 ]; then
     line=$(grep -m1 -i 'error' "$check.stderr" 2>/dev/null)
     [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$check.stderr" 2>/dev/null | tail -n 1)
     [ "$rc" -eq 124 ] && [ -z "$line" ] && line="timed out after $limit s"
@@ -97,10 +162,49 @@ fi
 printf '%s\n' "$rc" >"$check.exit.tmp" && mv -f "$check.exit.tmp" "$check.exit"
 exit "$rc""#;
 
+/// The batch script's first lines after the set-up: `fleet.job` is written once, by this job.
+const JOB_GUARD: &str = r#"if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then
+    echo "iteragpu fleet: job $SLURM_JOB_ID was restarted (requeued $SLURM_RESTART_COUNT time(s)); its first run's files are in $FLEET_DIR: not running again into them" >&2
+    exit 1
+fi
+if [ -e "$FLEET_DIR/fleet.job" ] && [ "$(cat "$FLEET_DIR/fleet.job")" != "$SLURM_JOB_ID" ]; then
+    echo "iteragpu fleet: $FLEET_DIR belongs to job $(head -c 64 "$FLEET_DIR/fleet.job"), not $SLURM_JOB_ID: a fleet run writes into a folder of its own" >&2
+    exit 1
+fi
+printf '%s\n' "$SLURM_JOB_ID" >"$FLEET_DIR/fleet.job"
+"#;
+
 /// The batch script for `plan`, its results under `dir` (an absolute path every node sees).
 pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String, Error> {
     plan.validate()?;
     validate(allocation)?;
+    // Every value from outside, quoted (or refused) before a line is written.
+    let package = quote::shell("--package", &plan.package)?;
+    let model = quote::shell("the catalogue's model name", &plan.model)?;
+    let dir_directive = quote::sbatch("--output", dir)?;
+    let script_path = quote::shell("--output", &format!("{dir}/{SCRIPT}"))?;
+    let dir_word = quote::shell("--output", dir)?;
+    let binary = quote::shell("--binary", &plan.binary)?;
+    let partition = match &allocation.partition {
+        Some(p) => Some(quote::sbatch("--partition", p)?),
+        None => None,
+    };
+    let time = match &allocation.time {
+        Some(t) => quote::sbatch("--time", t)?,
+        None => {
+            let seconds: u64 = plan.checks.iter().map(|&c| step_limit(plan, c)).sum();
+            format!("{}", seconds.div_ceil(60) + 5)
+        }
+    };
+    let mut steps = Vec::new();
+    for &check in &plan.checks {
+        let args = plan
+            .arguments(check)
+            .iter()
+            .map(|a| quote::shell("a check's argument", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        steps.push((check, args));
+    }
     let n = plan.nodes;
     let checks: Vec<&str> = plan.checks.iter().map(|c| c.name()).collect();
     let mut s = String::new();
@@ -110,9 +214,9 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
         "# Written by `iteragpu fleet slurm`: {} on each of {n} node(s), one task per node, for \
          the package {} ({} x {}, {} per node).",
         checks.join(", "),
-        plan.package,
+        package,
         plan.gpus,
-        plan.model,
+        model,
         plan.gpus_per_node()
     );
     if plan.device == Device::Cpu {
@@ -125,8 +229,7 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     let _ = writeln!(
         s,
         "#\n# Submit: sbatch --wait {}   (then: iteragpu fleet check {})",
-        shell_quote(&format!("{dir}/{SCRIPT}")),
-        shell_quote(dir)
+        script_path, dir_word
     );
     let _ = writeln!(
         s,
@@ -136,6 +239,7 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
         "#
 # What the job writes (DIR is the folder above, <node> is $SLURMD_NODENAME):
 #   DIR/fleet.json               the plan: package, nodes, GPUs per node, checks, device
+#   DIR/fleet.job                the job's id, written first (a folder of another job is refused)
 #   DIR/nodes.txt                the allocation's node names, one a line, before the first step
 #   DIR/slurm-<job>.out          this script's own output
 #   DIR/<node>/<check>.json      the check's document
@@ -150,51 +254,34 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     let _ = writeln!(s, "#SBATCH --nodes={n}");
     let _ = writeln!(s, "#SBATCH --ntasks-per-node=1");
     let _ = writeln!(s, "#SBATCH --exclusive");
+    // A requeued job runs again into the same folder: the first run's files make healthy nodes
+    // fail and hide the node that died. One run, one folder.
+    let _ = writeln!(s, "#SBATCH --no-requeue");
     if plan.device == Device::Gpu {
         let _ = writeln!(s, "#SBATCH --gpus-per-node={}", plan.gpus_per_node());
     }
-    if let Some(p) = &allocation.partition {
+    if let Some(p) = &partition {
         let _ = writeln!(s, "#SBATCH --partition={p}");
     }
-    let time = match &allocation.time {
-        Some(t) => t.clone(),
-        None => {
-            let seconds: u64 = plan.checks.iter().map(|&c| step_limit(plan, c)).sum();
-            format!("{}", seconds.div_ceil(60) + 5)
-        }
-    };
     let _ = writeln!(s, "#SBATCH --time={time}");
-    // sbatch reads #SBATCH lines literally: a path with a space cannot be quoted there.
-    if dir
-        .chars()
-        .any(|c| c.is_whitespace() || c == '\'' || c == '"')
-    {
-        return Err(Error::Value {
-            what: "--output",
-            value: dir.to_string(),
-            why: "holds a space or a quote, which an #SBATCH line cannot carry",
-        });
-    }
-    let _ = writeln!(s, "#SBATCH --output={dir}/slurm-%j.out");
+    let _ = writeln!(s, "#SBATCH --output={dir_directive}/slurm-%j.out");
     s.push_str("\nset -u\n");
-    let _ = writeln!(s, "export FLEET_DIR={}", shell_quote(dir));
-    let _ = writeln!(s, "BIN={}", shell_quote(&plan.binary));
+    let _ = writeln!(s, "export FLEET_DIR={dir_word}");
+    let _ = writeln!(s, "BIN={binary}");
     s.push_str("STEP=$(cat <<'FLEET_STEP'\n");
     s.push_str(STEP);
     s.push_str("\nFLEET_STEP\n)\n");
+    // The folder belongs to one job: its id is written first, and a folder of another job, or
+    // a restart of this one, is refused before any node writes.
+    s.push_str(JOB_GUARD);
     s.push_str("scontrol show hostnames \"$SLURM_JOB_NODELIST\" >\"$FLEET_DIR/nodes.txt\"\n");
     let _ = writeln!(
         s,
         "echo \"iteragpu fleet: job $SLURM_JOB_ID on $SLURM_JOB_NUM_NODES node(s): $(paste -sd ' ' \"$FLEET_DIR/nodes.txt\")\""
     );
     s.push_str("failed=0\n");
-    for &check in &plan.checks {
+    for (check, args) in steps {
         let limit = plan.step_seconds(check);
-        let args: Vec<String> = plan
-            .arguments(check)
-            .iter()
-            .map(|a| shell_quote(a))
-            .collect();
         let _ = writeln!(
             s,
             "\n# {check}: at most {limit} s on each node (then `timeout` ends it: exit 124)"
@@ -350,6 +437,62 @@ mod tests {
         assert!(script(&plan(Device::Gpu), &a, "/d").is_err());
         let e = script(&plan(Device::Gpu), &Allocation::default(), "/my dir").unwrap_err();
         assert!(e.to_string().contains("#SBATCH"), "{e}");
+    }
+
+    #[test]
+    fn time_limits_are_read_in_exactly_slurms_formats() {
+        // What Slurm means by no limit, and what it does not read, before what it does.
+        for zero in ["0", "00", "0:00", "0:0:0", "0-0", "0-0:0", "0-00:00:00"] {
+            let e = time_minutes(zero).unwrap_err().to_string();
+            assert!(e.contains("0 means unlimited"), "{zero}: {e}");
+        }
+        for bad in [
+            "1:2:3:4",
+            "1-2:3:4:5",
+            "",
+            "-1",
+            "INFINITE",
+            "UNLIMITED",
+            "1h",
+            "1:60",
+            "1:00:60",
+            "1-24",
+            "1-1:60",
+            "1--1",
+            "-5",
+            "1-",
+            ":30",
+            "30:",
+            "+30",
+            " 30",
+            "30 ",
+            "1.5",
+            "1-2-3",
+            "１",
+        ] {
+            let e = time_minutes(bad).unwrap_err().to_string();
+            assert!(e.contains("is not a Slurm time limit"), "{bad:?}: {e}");
+        }
+        let e = time_minutes("30-00:00:01").unwrap_err().to_string();
+        assert!(e.contains("longer than 30 days"), "{e}");
+        assert!(time_minutes("43201").is_err());
+        assert!(time_minutes("9999999999").is_err());
+        for (text, minutes) in [
+            ("30", 30),
+            ("0:30", 1),
+            ("1:30", 2),
+            ("90:00", 90),
+            ("1:30:00", 90),
+            ("1:2:3", 63),
+            ("1-0", 1440),
+            ("1-2", 1560),
+            ("1-2:03", 1563),
+            ("1-02:03:04", 1564),
+            ("30-0", MAX_TIME_MINUTES),
+            ("43200", MAX_TIME_MINUTES),
+        ] {
+            assert_eq!(time_minutes(text).unwrap(), minutes, "{text}");
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use lab::lot::{GpuFacts, OtherProcess};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
-use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError};
+use nvml_wrapper::enum_wrappers::device::{Clock, ComputeMode, EccCounter, MemoryError};
 use nvml_wrapper::enums::device::UsedGpuMemory;
 use serde_json::{Value, json};
 
@@ -145,6 +145,15 @@ impl NvmlHandle {
         }
         facts.mig_enabled = d.mig_mode().ok().map(|m| m.current == 1);
         facts.persistence_mode = d.is_in_persistent_mode().ok();
+        facts.compute_mode = d.compute_mode().ok().map(|m| {
+            match m {
+                ComputeMode::Default => "default",
+                ComputeMode::ExclusiveThread => "exclusive_thread",
+                ComputeMode::Prohibited => "prohibited",
+                ComputeMode::ExclusiveProcess => "exclusive_process",
+            }
+            .to_string()
+        });
         facts.other_processes = other_processes(&d);
         let links: Vec<bool> = (0..NVLINK_MAX_LINKS)
             .filter_map(|l| d.link_wrapper_for(l).is_active().ok())
@@ -223,6 +232,7 @@ impl NvmlHandle {
                 "row_remap_failure": health.row_remap_failure,
             },
             "persistence_mode": health.persistence_mode,
+            "compute_mode": health.compute_mode,
             "nvlink_active_links": health.nvlink_active_links,
             "other_processes": health.other_processes,
         })

@@ -11,13 +11,20 @@
 
 use std::borrow::Cow;
 
-/// True for a character that must not reach a terminal as it is: C0 and C1 controls, DEL, and the
-/// Unicode bidirectional controls (the "Trojan Source" characters).
+/// True for a character that must not reach a terminal, a generated script or a YAML file as it
+/// is: C0 and C1 controls, DEL, the Unicode line and paragraph separators (YAML 1.1 readers break
+/// lines there) and the Unicode bidirectional controls (the "Trojan Source" characters).
 pub fn is_unsafe_char(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            '\u{061c}'
+                | '\u{200e}'
+                | '\u{200f}'
+                | '\u{2028}'
+                | '\u{2029}'
+                | '\u{202a}'..='\u{202e}'
+                | '\u{2066}'..='\u{2069}'
         )
 }
 

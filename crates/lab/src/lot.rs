@@ -106,6 +106,10 @@ pub struct GpuFacts {
     pub mig_enabled: Option<bool>,
     /// Persistence mode (driver kept loaded between processes).
     pub persistence_mode: Option<bool>,
+    /// The compute mode NVML gives (`default`, `exclusive_process`, `prohibited`); renters
+    /// check it with `nvidia-smi -q -d COMPUTE`: anything but `default` refuses a second process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_mode: Option<String>,
     /// Other processes using the GPU (this process excluded).
     pub other_processes: Option<Vec<OtherProcess>>,
     /// NVLink links active.
@@ -658,6 +662,27 @@ fn check_gpu(out: &mut Vec<Finding>, f: &GpuFacts, datasheet: &Datasheet) {
             json!({"persistence_mode": false}),
         ));
     }
+    match f.compute_mode.as_deref() {
+        None | Some("default") => {}
+        Some("prohibited") => out.push(Finding::warning(
+            "compute_mode_prohibited",
+            dev,
+            format!(
+                "{} is in compute mode prohibited: no process can run on it",
+                f.device
+            ),
+            json!({"compute_mode": "prohibited"}),
+        )),
+        Some(mode) => out.push(Finding::note(
+            "compute_mode_exclusive",
+            dev,
+            format!(
+                "{} is in compute mode {mode}: one process at a time, so a job with several processes per GPU fails on it",
+                f.device
+            ),
+            json!({"compute_mode": mode}),
+        )),
+    }
     let others = f.other_processes.as_deref().unwrap_or_default();
     if !others.is_empty() {
         let used: u64 = others.iter().filter_map(|p| p.used_bytes).sum();
@@ -750,6 +775,7 @@ mod tests {
             row_remap_failure: Some(false),
             mig_enabled: Some(false),
             persistence_mode: Some(true),
+            compute_mode: None,
             other_processes: Some(vec![]),
             nvlink_active_links: Some(18),
         }
@@ -937,6 +963,41 @@ mod tests {
         );
         assert!(f[1].message.contains("12 of its 18 NVLink links"));
         assert_eq!(f[3].severity, Severity::Note);
+    }
+
+    #[test]
+    fn a_compute_mode_other_than_default_is_named() {
+        let mut g = GpuFacts {
+            device: "cuda:0".into(),
+            name: "NVIDIA B200".into(),
+            nvml_matched: true,
+            compute_mode: Some("prohibited".into()),
+            ..GpuFacts::default()
+        };
+        let sheet = Datasheet::embedded();
+        let gpu_findings = |g: &GpuFacts, sheet: &Datasheet| {
+            let mut out = Vec::new();
+            check_gpu(&mut out, g, sheet);
+            out
+        };
+        let f = gpu_findings(&g, &sheet);
+        let c: Vec<(&str, Severity)> = f.iter().map(|f| (f.code.as_str(), f.severity)).collect();
+        assert!(
+            c.contains(&("compute_mode_prohibited", Severity::Warning)),
+            "{c:?}"
+        );
+        g.compute_mode = Some("exclusive_process".into());
+        let f = gpu_findings(&g, &sheet);
+        assert!(
+            f.iter()
+                .any(|f| f.code == "compute_mode_exclusive" && f.severity == Severity::Note)
+        );
+        g.compute_mode = Some("default".into());
+        assert!(
+            !gpu_findings(&g, &sheet)
+                .iter()
+                .any(|f| f.code.starts_with("compute_mode"))
+        );
     }
 
     #[test]

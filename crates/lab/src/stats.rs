@@ -124,6 +124,58 @@ pub fn low_outliers_of_lot(values: &[f64], tolerance_percent: f64) -> Vec<LotOut
     if values.len() < 2 {
         return out;
     }
+    // Sort the finite figures once (O(n log n)); the median of the others of the member at
+    // sorted position p is then read off the sorted list with p skipped, in O(1), instead of
+    // sorting every other member again for each member (O(n^2 log n) for a fleet of n GPUs).
+    let mut order: Vec<usize> = (0..values.len())
+        .filter(|&i| values[i].is_finite())
+        .collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let sorted: Vec<f64> = order.iter().map(|&i| values[i]).collect();
+    let mut position = vec![usize::MAX; values.len()];
+    for (p, &i) in order.iter().enumerate() {
+        position[i] = p;
+    }
+    let others = sorted.len().saturating_sub(1);
+    if others == 0 {
+        return out;
+    }
+    for (i, &v) in values.iter().enumerate() {
+        let p = position[i];
+        if p == usize::MAX {
+            continue;
+        }
+        // The j-th smallest of the others: the sorted list with position p left out.
+        let nth = |j: usize| if j < p { sorted[j] } else { sorted[j + 1] };
+        let m = if others % 2 == 1 {
+            nth(others / 2)
+        } else {
+            (nth(others / 2 - 1) + nth(others / 2)) / 2.0
+        };
+        if m <= 0.0 {
+            continue;
+        }
+        let below = (m - v) / m * 100.0;
+        if below > tolerance_percent {
+            out.push(LotOutlier {
+                index: i,
+                value: v,
+                median_of_others: m,
+                percent_below: below,
+            });
+        }
+    }
+    out
+}
+
+/// [`low_outliers_of_lot`] as the rule says it, each member's others sorted anew: quadratic,
+/// kept to prove the fast one gives the same answer.
+#[cfg(test)]
+fn low_outliers_of_lot_naive(values: &[f64], tolerance_percent: f64) -> Vec<LotOutlier> {
+    let mut out = Vec::new();
+    if values.len() < 2 {
+        return out;
+    }
     for (i, &v) in values.iter().enumerate() {
         if !v.is_finite() {
             continue;
@@ -249,6 +301,25 @@ mod tests {
             for o in low_outliers_of_lot(&values, tol) {
                 prop_assert!(o.value < best);
                 prop_assert!(o.percent_below > tol);
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_sorted_outlier_rule_is_the_naive_one(
+            values in proptest::collection::vec(
+                prop_oneof![8 => 0.0f64..100.0, 1 => Just(f64::NAN), 1 => Just(50.0), 1 => -5.0f64..0.0],
+                0..40,
+            ),
+            tolerance in 0.0f64..60.0,
+        ) {
+            let fast = low_outliers_of_lot(&values, tolerance);
+            let naive = low_outliers_of_lot_naive(&values, tolerance);
+            prop_assert_eq!(fast.len(), naive.len());
+            for (a, b) in fast.iter().zip(&naive) {
+                prop_assert_eq!(a.index, b.index);
+                prop_assert_eq!(a.median_of_others, b.median_of_others);
             }
         }
     }

@@ -144,6 +144,19 @@ pub enum FieldProblem {
         /// Columns in the header.
         expected: usize,
     },
+    /// A line break, NUL or another control character (or a bidirectional control) in a text
+    /// field: such a value would end a comment of the script or the YAML that `fleet` writes
+    /// and run or add what follows, and would move a terminal's cursor. Shown escaped.
+    #[error(
+        "`{}` holds a line break or another control character, which a generated script, a YAML file or a terminal line cannot carry safely; expected {expected} on one line of printable text",
+        lab_io::text::printable(.value)
+    )]
+    Control {
+        /// The field, as read.
+        value: String,
+        /// What the column holds.
+        expected: &'static str,
+    },
     /// Nothing in the field.
     #[error("is empty; expected {expected}")]
     Empty {
@@ -634,6 +647,16 @@ impl Parser {
         if value.is_empty() {
             return Err(self.field_error(row, column, FieldProblem::Empty { expected }));
         }
+        if value.chars().any(lab_io::text::is_unsafe_char) {
+            return Err(self.field_error(
+                row,
+                column,
+                FieldProblem::Control {
+                    value: value.to_string(),
+                    expected,
+                },
+            ));
+        }
         Ok(value.to_string())
     }
 
@@ -965,6 +988,46 @@ mod tests {
         assert_eq!(
             err,
             "the catalogue test.csv, rows 5, 6, column `days`: GPU `l4` has no 30-day row; expected rows for 3, 7 and 30 days for every GPU"
+        );
+    }
+
+    #[test]
+    fn a_line_break_or_control_character_in_a_text_field_is_refused() {
+        // A quoted CSV field may hold a line break: the model name then carries a second line
+        // into every script or YAML comment it is written into (issue 32).
+        for (model, shown) in [
+            (
+                "\"NVIDIA B200\nenvs: {LD_PRELOAD: /tmp/x.so}\"",
+                "NVIDIA B200\\u{a}envs",
+            ),
+            ("\"NVIDIA B200\rx\"", "NVIDIA B200\\u{d}x"),
+            ("NVIDIA\u{0}B200", "NVIDIA\\u{0}B200"),
+            ("NVIDIA\tB200", "NVIDIA\\u{9}B200"),
+            ("NVIDIA\u{1b}[2JB200", "NVIDIA\\u{1b}[2JB200"),
+            ("NVIDIA\u{2028}B200", "NVIDIA\\u{2028}B200"),
+            ("NVIDIA\u{202e}B200", "NVIDIA\\u{202e}B200"),
+        ] {
+            let text = small().replacen("NVIDIA B200", model, 1);
+            let err = message(&text);
+            assert!(
+                err.starts_with(&format!(
+                    "the catalogue test.csv, row 2, column `model`: `{shown}"
+                )),
+                "{err}"
+            );
+            assert!(
+                err.contains("holds a line break or another control character"),
+                "{err}"
+            );
+            assert!(!err.contains('\n') && !err.contains('\r'), "{err}");
+        }
+        let text = small().replacen("example price", "\"example\nprice\"", 1);
+        assert!(message(&text).contains("column `source`: `example\\u{a}price`"));
+        // Quotes, `$`, backticks and other printable text stay accepted: the scripts quote them.
+        let text = small().replace("NVIDIA B200", "\"NVIDIA 'B200' $(x) `y` \"\"z\"\" #1\"");
+        assert_eq!(
+            load(&text).unwrap().rows()[0].model,
+            "NVIDIA 'B200' $(x) `y` \"z\" #1"
         );
     }
 

@@ -99,6 +99,23 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         escape(&meta.tool),
         escape(&meta.generated_utc)
     );
+    if !inputs.verdicts.is_empty() {
+        body.push_str("<section id=\"verdict\">\n<h2>Verdict</h2>\n");
+        for v in &inputs.verdicts {
+            let _ = write!(
+                body,
+                "<article class=\"card verdict\" data-ok=\"{}\">\n<h3>{}</h3>\n<p><strong>{}</strong></p>\n<ul>\n",
+                v.ok,
+                escape(&v.label),
+                escape(&v.headline)
+            );
+            for line in &v.lines {
+                let _ = writeln!(body, "<li>{}</li>", escape(line));
+            }
+            body.push_str("</ul>\n</article>\n");
+        }
+        body.push_str("</section>\n");
+    }
     if !inputs.sweeps.is_empty() {
         body.push_str("<section id=\"sweeps\">\n<h2>Sweeps</h2>\n");
         sweeps(&mut body, &inputs.sweeps)?;

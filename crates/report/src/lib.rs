@@ -20,4 +20,4 @@ mod load;
 mod units;
 
 pub use html::{Meta, escape, render};
-pub use load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep, load};
+pub use load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep, Verdict, load};

@@ -144,6 +144,21 @@ pub struct Inputs {
     pub probes: Vec<Probe>,
     /// Price, fit and ledger documents, in the order given.
     pub money: Vec<Money>,
+    /// Verdicts the page leads with (a fleet's `fleet check`), in the order given.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// A verdict the page leads with: one headline and its findings, each one line.
+#[derive(Debug, Clone, Default)]
+pub struct Verdict {
+    /// What was judged (the fleet's folder).
+    pub label: String,
+    /// Whether it passed.
+    pub ok: bool,
+    /// The verdict line.
+    pub headline: String,
+    /// The findings and what was not checked, failing ones first.
+    pub lines: Vec<String>,
 }
 
 /// A document of any kind the report reads.

@@ -81,27 +81,39 @@ node and a time limit, and every node writes DIR/<node>/<check>.json, <check>.ex
 filesystem every node sees. --submit runs `sbatch --wait` on the script, then reads every node's
 exit codes. Exit codes: 0 written (with --submit: every node ran every check with exit 0), 1 a
 node's check failed or did not run, or sbatch failed, 2 bad options or a DIR that already holds
-a fleet.sbatch.")]
+a fleet.sbatch. A value with a line break or another control character (in an option or in the
+--catalogue's model name) is refused, never written into the script.")]
 pub struct SlurmArgs {
     #[command(flatten)]
     pub common: Common,
     /// The partition to run in [default: the cluster's default].
     #[arg(long, value_name = "P")]
     pub partition: Option<String>,
-    /// The job's time limit in Slurm's format (minutes, HH:MM:SS, D-HH:MM:SS) [default: the
-    /// steps' limits added up, plus 5 minutes].
+    /// The job's time limit in one of Slurm's formats: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM
+    /// or D-HH:MM:SS, from 1 minute to 30 days; 0 (Slurm's "no limit") and anything else, such
+    /// as 1:2:3:4, are refused, since a check must end [default: the steps' limits added up,
+    /// plus 5 minutes].
     #[arg(long, value_name = "T")]
     pub time: Option<String>,
     /// The iteragpu binary the nodes run [default: this one's absolute path].
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
-    /// The folder for the script and the nodes' results (created if missing); it must not hold
-    /// a fleet.sbatch yet.
+    /// The folder for the script and the nodes' results (created if missing, and only once
+    /// every option is accepted); it must not hold a fleet.sbatch yet. Refused, not escaped,
+    /// when its absolute path holds a space, a quote, `\`, `#`, `%` or the word hetjob or
+    /// packjob: sbatch would split it, cut it, or read it as a file-name pattern (`%j`).
     #[arg(long, value_name = "DIR")]
     pub output: PathBuf,
-    /// Submit with `sbatch --wait`, then read every node's exit codes.
+    /// Submit with `sbatch --wait`, then read every node's exit codes and judge the folder.
     #[arg(long)]
     pub submit: bool,
+    /// Refused: the script says `--no-requeue`, because a requeued job runs again into the
+    /// same folder (the first run's files make healthy nodes fail and hide the dead one).
+    #[arg(long)]
+    pub requeue: bool,
+    /// Print one JSON document (the files written; with --submit the job and the verdict).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Options of `fleet skypilot`.
@@ -115,7 +127,8 @@ Writes a SkyPilot task: num_nodes, resources.accelerators per node (B200:2 for 8
 nodes), file_mounts that copy the wheel or the kit to every node, a setup that installs it, and
 a run that writes <results>/<rank>/<check>.json, .exit, .err, .stdout, .stderr on every node
 (rank is SKYPILOT_NODE_RANK). Launch it with `sky launch -c fleet fleet.yaml`. The output file
-must not exist.")]
+must not exist. A value with a line break or another control character (in an option or in the
+--catalogue's model name) is refused, never written into the YAML.")]
 pub struct SkypilotArgs {
     #[command(flatten)]
     pub common: Common,
@@ -140,6 +153,9 @@ pub struct SkypilotArgs {
     /// The task YAML to create; it must not exist yet.
     #[arg(long, value_name = "FILE")]
     pub output: PathBuf,
+    /// Print one JSON document (the task written, its nodes and accelerators, the launch line).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// The `--checks` list, in run order.
@@ -153,9 +169,18 @@ Examples:
   iteragpu fleet check /shared/fleet
   iteragpu fleet check /shared/fleet --package b200:7:4 --nodes 4 --json
 
-Reads DIR/<node>/<check>.json, <check>.exit and <check>.err of every node folder (as `fleet
-slurm` and `fleet skypilot` lay them out). Exit codes: 0 every node ran every check, no outlier,
-the package matches; 1 otherwise; 2 a DIR that is not a fleet's folder, or bad options.")]
+Reads DIR/fleet.json (the plan), DIR/fleet.job, DIR/nodes.txt and DIR/<node>/<check>.json,
+<check>.exit and <check>.err of every node folder (as `fleet slurm` and `fleet skypilot` lay them
+out). The plan is the contract: every node x check must have left a complete document with exit
+0, from the plan's job. A missing, empty, partial, failed, killed or cancelled step, another
+job's documents, a node name, rank or GPU UUID in two folders, a GPU warning in a node's own
+documents (ECC, remapped rows, throttling, power cap, NVLink, below its datasheet share) and an
+outlier across nodes are findings, each saying whether it fails the verdict or warns, and why.
+Without a plan the verdict says what it could not check. The package is the plan's (GPU plans)
+unless --package names one. Printed: the verdict first, then the findings, then the nodes and the
+table (--table for all of it).
+Exit codes: 0 no finding fails the fleet; 1 one does; 2 a DIR that is not a fleet's folder, or
+bad options.")]
 pub struct CheckArgs {
     /// The fleet's folder: one sub-folder per node.
     #[arg(value_name = "DIR")]
@@ -175,6 +200,14 @@ pub struct CheckArgs {
     /// Print the verdict as one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+    /// The plan to hold the nodes to [default: DIR/fleet.json]; `fleet skypilot` writes it
+    /// beside the task (`fleet.plan.json` for `fleet.yaml`).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+    /// Print every node and every row of the node x GPU table [default: at most 16 of each,
+    /// the failing ones and the outliers first, the rest summarised per figure].
+    #[arg(long)]
+    pub table: bool,
 }
 
 fn parse_checks(text: &str) -> Result<Checks, String> {
@@ -209,6 +242,43 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     })
 }
 
+/// The absolute path `path` names once created, without creating anything: its deepest existing
+/// folder with links resolved, then the missing names (`.` dropped, `..` taking back the
+/// missing name before it, which cannot be a link), so that the script names the folder the nodes will see and a
+/// refused run creates no folder.
+fn planned_folder(path: &Path) -> anyhow::Result<PathBuf> {
+    use std::path::Component;
+    let path = absolute(path)?;
+    let mut existing = path.as_path();
+    let mut missing = Vec::new();
+    while std::fs::symlink_metadata(existing).is_err() {
+        let Some(parent) = existing.parent() else {
+            break;
+        };
+        missing.push(existing.components().next_back());
+        existing = parent;
+    }
+    let mut folder = existing.canonicalize().map_err(|e| {
+        usage(format!(
+            "cannot use the folder {}: {}",
+            existing.display(),
+            files::os_message(&e)
+        ))
+    })?;
+    for component in missing.into_iter().rev().flatten() {
+        match component {
+            Component::Normal(name) => {
+                folder.push(name);
+            }
+            Component::ParentDir => {
+                folder.pop();
+            }
+            _ => {}
+        }
+    }
+    Ok(folder)
+}
+
 fn text(path: &Path, what: &str) -> anyhow::Result<String> {
     path.to_str().map(String::from).ok_or_else(|| {
         usage(format!(
@@ -241,7 +311,91 @@ fn plan(common: &Common, binary: String) -> anyhow::Result<Plan> {
     Ok(plan)
 }
 
+/// Whether Slurm knows the partition: `Ok(None)` yes or cannot tell (no `sinfo`), `Ok(Some)`
+/// the sentence that refuses it.
+fn missing_partition(partition: &str) -> Option<String> {
+    let out = std::process::Command::new("sinfo")
+        .args(["-h", "-o", "%R"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let known: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| l.trim().to_string())
+        .filter(|l| !l.is_empty())
+        .collect();
+    (!known.iter().any(|k| k == partition)).then(|| {
+        format!(
+            "--partition {partition}: Slurm has no such partition (sinfo lists: {}); nothing was written",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        )
+    })
+}
+
+/// What Slurm says of a finished job: `scontrol show job` (kept a while after the end), `sacct`
+/// where accounting runs, and the job's nodes that are down or drained (`sinfo`).
+fn slurm_account(job: &str) -> serde_json::Value {
+    let run = |tool: &str, args: &[&str]| {
+        std::process::Command::new(tool)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|t| !t.is_empty())
+    };
+    let show = run("scontrol", &["show", "job", "-o", job]).unwrap_or_default();
+    let field = |name: &str| {
+        show.split_whitespace()
+            .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            .map(str::to_string)
+    };
+    let nodes: Vec<String> = field("NodeList")
+        .filter(|n| n != "(null)")
+        .and_then(|n| run("scontrol", &["show", "hostnames", &n]))
+        .map(|t| t.lines().map(str::to_string).collect())
+        .unwrap_or_default();
+    let mut down = Vec::new();
+    if !nodes.is_empty() {
+        let list = nodes.join(",");
+        for line in run("sinfo", &["-h", "-N", "-n", &list, "-o", "%N|%t|%E"])
+            .unwrap_or_default()
+            .lines()
+        {
+            let parts: Vec<&str> = line.split('|').collect();
+            if let [node, state, reason] = parts[..] {
+                let state = state.trim_end_matches(['*', '~', '#', '!', '%', '$', '@', '^', '-']);
+                if ["down", "drain", "drng", "drained", "fail", "failg", "unk"].contains(&state) {
+                    down.push(serde_json::json!({"node": node, "state": state, "reason": reason}));
+                }
+            }
+        }
+    }
+    let sacct = run(
+        "sacct",
+        &["-j", job, "-n", "-P", "-o", "JobID,State,ExitCode,NodeList"],
+    );
+    serde_json::json!({
+        "job": job,
+        "state": field("JobState"),
+        "reason": field("Reason"),
+        "exit_code": field("ExitCode"),
+        "nodes": nodes,
+        "down": down,
+        "sacct": sacct.map(|t| t.lines().map(str::to_string).collect::<Vec<_>>()),
+    })
+}
+
 fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
+    if args.requeue {
+        return Err(usage(
+            "--requeue is refused: a requeued job runs again into the same folder, where the first run's files make healthy nodes fail and hide the node that died; the script says --no-requeue, submit again into a new --output instead",
+        ));
+    }
     let binary = match &args.binary {
         Some(b) => absolute(b)?,
         None => std::env::current_exe()?,
@@ -257,20 +411,29 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         partition: args.partition.clone(),
         time: args.time.clone(),
     };
-    std::fs::create_dir_all(&args.output).map_err(|e| {
+    // Every check first, the folder last: a refused run leaves nothing behind.
+    let dir = planned_folder(&args.output)?;
+    let dir_text = text(&dir, "the folder")?;
+    let script = slurm::script(&plan, &allocation, &dir_text).map_err(|e| usage(e.to_string()))?;
+    let script_path = dir.join(slurm::SCRIPT);
+    // A partition Slurm does not know is refused here too, before the folder (`sinfo`).
+    if let Some(p) = &allocation.partition
+        && let Some(why) = missing_partition(p)
+    {
+        return Err(usage(why));
+    }
+    if dir.exists() {
+        files::check_new(&script_path).map_err(|e| {
+            usage(format!(
+                "{e}: a fleet run writes into a folder of its own; choose a new --output"
+            ))
+        })?;
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| {
         usage(format!(
             "cannot create the folder {}: {}",
             args.output.display(),
             files::os_message(&e)
-        ))
-    })?;
-    let dir = args.output.canonicalize()?;
-    let dir_text = text(&dir, "the folder")?;
-    let script = slurm::script(&plan, &allocation, &dir_text).map_err(|e| usage(e.to_string()))?;
-    let script_path = dir.join(slurm::SCRIPT);
-    files::check_new(&script_path).map_err(|e| {
-        usage(format!(
-            "{e}: a fleet run writes into a folder of its own; choose a new --output"
         ))
     })?;
     let _ = files::write_new(&dir.join(slurm::PLAN), plan.to_json().as_bytes())
@@ -298,6 +461,16 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         plan.gpus_per_node()
     );
     if !args.submit {
+        if args.json {
+            output::print_json(&serde_json::json!({
+                "schema": "iteragpu.fleet-slurm/1",
+                "script": script_path,
+                "plan": dir.join(slurm::PLAN),
+                "submit": format!("sbatch --wait {}", script_path.display()),
+                "submitted": false,
+            }))?;
+            return Ok(ExitCode::SUCCESS);
+        }
         let _ = writeln!(
             out,
             "submit: sbatch --wait {}\nresults: {}/<node>/<check>.json, .exit, .err",
@@ -307,19 +480,72 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         output::print_text(&out)?;
         return Ok(ExitCode::SUCCESS);
     }
-    output::print_text(&out)?;
-    let status = std::process::Command::new("sbatch")
-        .arg("--wait")
+    if !args.json {
+        output::print_text(&out)?;
+    }
+    let mut child = std::process::Command::new("sbatch")
+        .args(["--wait", "--parsable"])
         .arg(&script_path)
-        .status()
+        .stdout(std::process::Stdio::piped())
+        .spawn()
         .map_err(|e| {
             anyhow::anyhow!(
                 "could not start sbatch ({}): is Slurm's client installed here?",
                 files::os_message(&e)
             )
         })?;
-    let exits = slurm::read_exits(&dir, &plan.checks);
+    // `--parsable` prints `JOBID` or `JOBID;CLUSTER` once the job is queued.
+    let mut first = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut first);
+    }
+    let job: Option<String> = first
+        .split(';')
+        .next()
+        .map(|j| j.trim().to_string())
+        .filter(|j| !j.is_empty() && j.chars().all(|c| c.is_ascii_digit()));
+    let say = |line: &str| {
+        // With --json, stdout holds one document: the progress goes to stderr.
+        if args.json {
+            eprintln!("{line}");
+        } else {
+            let _ = output::print_text(&format!("{line}\n"));
+        }
+    };
+    if let Some(j) = &job {
+        say(&format!("Submitted batch job {j}"));
+    }
+    // While the job waits, say why, each time Slurm's reason changes (`squeue -h -o %T %r`).
+    let mut last = String::new();
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if let Some(j) = &job
+            && let Ok(q) = std::process::Command::new("squeue")
+                .args(["-h", "-j", j, "-o", "%T %r"])
+                .output()
+        {
+            let now = String::from_utf8_lossy(&q.stdout).trim().to_string();
+            if now.starts_with("PENDING") && now != last {
+                say(&format!(
+                    "job {j} is pending: {}",
+                    now.trim_start_matches("PENDING").trim()
+                ));
+            }
+            last = now;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    };
     let mut out = String::new();
+    if let Some(j) = &job {
+        let account = slurm_account(j);
+        let _ = files::write_new(
+            &dir.join(fleet::check::SLURM_ACCOUNT_FILE),
+            (serde_json::to_string_pretty(&account)? + "\n").as_bytes(),
+        );
+    }
+    let exits = slurm::read_exits(&dir, &plan.checks);
     let _ = writeln!(
         out,
         "sbatch --wait: {} ({})",
@@ -377,7 +603,6 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
             "FAILED: a node's check failed or did not run"
         }
     );
-    output::print_text(&out)?;
     let options = CheckOptions {
         // The CPU reference device has no GPU to hold to the package.
         package: match plan.device {
@@ -390,26 +615,85 @@ fn run_slurm(args: SlurmArgs) -> anyhow::Result<ExitCode> {
         ..CheckOptions::default()
     };
     let verdict = fleet::check::check(&dir, &options).map_err(|e| anyhow::anyhow!("{e}"))?;
-    output::print_text(&fleet::check::render(&verdict))?;
-    Ok(if ok && status.success() && verdict.exit_code() == 0 {
+    let success = ok && status.success() && verdict.exit_code() == 0;
+    if args.json {
+        output::print_json(&serde_json::json!({
+            "schema": "iteragpu.fleet-slurm/1",
+            "script": script_path,
+            "plan": dir.join(slurm::PLAN),
+            "submitted": true,
+            "job": job,
+            "sbatch_exit_code": status.code(),
+            "verdict": verdict,
+            "ok": success,
+        }))?;
+    } else {
+        output::print_text(&out)?;
+        output::print_text(&fleet::check::render(&verdict, false))?;
+    }
+    Ok(if success {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
+/// The package a fleet check holds the nodes to: `--package`, else the plan's when it runs on
+/// GPUs; the sentence says why none when the plan's cannot be read from the catalogue.
+fn check_package(
+    given: Option<&Package>,
+    catalogue: Option<&Path>,
+    plan: Option<&Plan>,
+) -> anyhow::Result<(Option<lab::lot::Expectation>, Option<String>)> {
+    if given.is_some() {
+        return Ok((expectation(given, catalogue)?, None));
+    }
+    let Some(plan) = plan.filter(|p| p.device == Device::Gpu) else {
+        return Ok((None, None));
+    };
+    let resolved = parse_package(&plan.package)
+        .map_err(|e| anyhow::anyhow!(e))
+        .and_then(|p| expectation(Some(&p), catalogue));
+    Ok(match resolved {
+        Ok(e) => (e, None),
+        Err(e) => (
+            None,
+            Some(format!(
+                "the plan's package {}: {e} (give --package or --catalogue)",
+                plan.package
+            )),
+        ),
+    })
+}
+
 fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let plan = match &args.plan {
+        Some(f) => fleet::check::read_plan_file(f).ok().flatten(),
+        None => fleet::check::read_plan(&args.dir).ok().flatten(),
+    };
+    let (package, why_not) = check_package(
+        args.package.as_ref(),
+        args.catalogue.as_deref(),
+        plan.as_ref(),
+    )?;
     let options = CheckOptions {
-        package: expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+        package,
         datasheet: datasheet(args.datasheet.as_deref())?,
         nodes: args.nodes,
+        plan: args.plan.clone(),
         ..CheckOptions::default()
     };
-    let verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
+    let mut verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;
+    if let Some(why) = why_not {
+        verdict
+            .not_checked
+            .retain(|n| !n.starts_with("the package"));
+        verdict.not_checked.push(why);
+    }
     if args.json {
         output::print_json(&verdict)?;
     } else {
-        output::print_text(&fleet::check::render(&verdict))?;
+        output::print_text(&fleet::check::render(&verdict, args.table))?;
     }
     Ok(ExitCode::from(verdict.exit_code()))
 }
@@ -441,7 +725,26 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
         name: args.name.clone(),
     };
     let yaml = fleet::skypilot::task(&plan, &task).map_err(|e| usage(e.to_string()))?;
+    // The plan beside the task: `fleet check DIR --plan` holds the rsynced results to it.
+    let plan_path = args.output.with_extension("plan.json");
+    files::check_new(&plan_path).map_err(|e| usage(e.to_string()))?;
     let _ = files::write_new(&args.output, yaml.as_bytes()).map_err(|e| usage(e.to_string()))?;
+    let _ = files::write_new(&plan_path, plan.to_json().as_bytes())
+        .map_err(|e| usage(e.to_string()))?;
+    if args.json {
+        output::print_json(&serde_json::json!({
+            "schema": "iteragpu.fleet-skypilot/1",
+            "task": args.output,
+            "nodes": plan.nodes,
+            "accelerators": (plan.device == Device::Gpu)
+                .then(|| format!("{}:{}", plan.gpu.to_ascii_uppercase(), plan.gpus_per_node())),
+            "device": plan.device,
+            "checks": plan.checks,
+            "plan": plan_path,
+            "launch": format!("sky launch -c fleet {}", args.output.display()),
+        }))?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut out = String::new();
     if plan.device == Device::Cpu {
         let _ = writeln!(
@@ -451,7 +754,7 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
     }
     let _ = writeln!(
         out,
-        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}",
+        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}\nplan: {} (then: iteragpu fleet check DIR --plan {}, DIR holding every node's folder)",
         args.output.display(),
         plan.nodes,
         if plan.device == Device::Gpu {
@@ -468,7 +771,9 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
             .map(|c| c.name())
             .collect::<Vec<_>>()
             .join(", "),
-        args.output.display()
+        args.output.display(),
+        plan_path.display(),
+        plan_path.display()
     );
     output::print_text(&out)?;
     Ok(ExitCode::SUCCESS)

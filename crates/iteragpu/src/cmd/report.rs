@@ -63,6 +63,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ReportError::Input(ref i) if i.is_not_found() => usage(e.to_string()),
         other => anyhow::Error::new(other),
     })?;
+    let mut inputs = inputs;
+    inputs.verdicts = fleet_verdicts(&args.inputs);
     let meta = Meta {
         tool: format!("iteragpu {}", env!("CARGO_PKG_VERSION")),
         generated_utc: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
@@ -105,4 +107,50 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ))?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The verdict of every input that is a fleet's folder (it holds the plan, the job's node list,
+/// or node folders with exit codes): the page leads with it.
+fn fleet_verdicts(paths: &[PathBuf]) -> Vec<report::Verdict> {
+    let is_fleet = |p: &std::path::Path| {
+        p.join(fleet::PLAN_FILE).is_file()
+            || p.join(fleet::slurm::NODES).is_file()
+            || std::fs::read_dir(p).is_ok_and(|entries| {
+                entries.flatten().any(|e| {
+                    fleet::Check::ALL
+                        .iter()
+                        .any(|c| e.path().join(format!("{c}.exit")).is_file())
+                })
+            })
+    };
+    paths
+        .iter()
+        .filter(|p| p.is_dir() && is_fleet(p))
+        .filter_map(|p| {
+            let v = fleet::check::check(p, &fleet::check::CheckOptions::default()).ok()?;
+            let mut lines: Vec<String> = v
+                .findings
+                .iter()
+                .map(|f| {
+                    format!(
+                        "{} {}: {} (why: {})",
+                        match f.effect {
+                            fleet::check::Effect::Fails => "FAIL",
+                            fleet::check::Effect::Warns => "warn",
+                        },
+                        f.code,
+                        f.message,
+                        f.why
+                    )
+                })
+                .collect();
+            lines.extend(v.not_checked.iter().map(|n| format!("not checked: {n}")));
+            Some(report::Verdict {
+                label: p.display().to_string(),
+                ok: v.ok,
+                headline: fleet::check::verdict_line(&v),
+                lines,
+            })
+        })
+        .collect()
 }

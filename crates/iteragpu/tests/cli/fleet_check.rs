@@ -275,10 +275,7 @@ fn four_healthy_nodes_make_one_table_and_exit_0() {
             "{text}"
         );
     }
-    assert!(
-        text.contains("4 node folder(s) of 4 expected, 8 GPU(s)"),
-        "{text}"
-    );
+    assert!(text.contains("4 node(s) of 4 expected, 8 GPU(s)"), "{text}");
     assert!(text.contains("verdict: OK"), "{text}");
     // One row per GPU of every node, with its model, UUID, memory, driver and figure.
     let rows = text
@@ -288,7 +285,7 @@ fn four_healthy_nodes_make_one_table_and_exit_0() {
     assert_eq!(rows, 8, "{text}");
     let a = check(libs.path(), &dir, &["--package", "b200:7:4", "--json"]).success();
     let v = json_of(&a);
-    assert_eq!(v["schema"], "iteragpu.fleet-verdict/1");
+    assert_eq!(v["schema"], "iteragpu.fleet-verdict/2");
     assert_eq!(v["ok"], true, "{v:#}");
     assert_eq!(v["exit_code"], 0);
     assert_eq!(v["nodes"].as_array().unwrap().len(), 4);
@@ -324,10 +321,10 @@ fn a_failed_node_is_named_with_its_exit_code_and_error() {
     check(libs.path(), &dir, &[])
         .code(1)
         .stdout(predicate::str::contains(
-            "WARNING node_failed: node n2: probe failed with exit code 1: iteragpu: error: the probe on all: cuInit failed (CUDA_ERROR_NO_DEVICE)",
+            "FAIL node_failed: node n2: probe failed with exit code 1: iteragpu: error: the probe on all: cuInit failed (CUDA_ERROR_NO_DEVICE)",
         ))
         .stdout(predicate::str::contains("second line").not())
-        .stdout(predicate::str::contains("verdict: FAILED (exit 1)"));
+        .stdout(predicate::str::starts_with("verdict: FAILED: 1 finding(s) fail the fleet (node_failed) (exit 1)"));
     // A node folder lost altogether: the job counts 4 nodes.
     std::fs::remove_dir_all(dir.join("n3")).unwrap();
     let a = check(libs.path(), &dir, &["--json"]).code(1);
@@ -367,7 +364,9 @@ fn a_node_20_percent_slower_is_the_fleet_outlier() {
     assert_eq!(v["outliers"][0]["device"], "cuda:1");
     assert_eq!(v["outliers"][0]["figure"], "d2d");
     assert_eq!(codes(&v), ["fleet_outlier"]);
-    assert_eq!(v["findings"][0]["device"], "n3/cuda:1");
+    assert_eq!(v["findings"][0]["node"], "n3");
+    assert_eq!(v["findings"][0]["gpu"], "cuda:1");
+    assert_eq!(v["findings"][0]["effect"], "fails");
     check(libs.path(), &dir, &[])
         .code(1)
         .stdout(predicate::str::contains(
@@ -389,6 +388,19 @@ fn a_node_20_percent_slower_is_the_fleet_outlier() {
     .success()
     .stdout(predicate::str::contains("0 run(s), 0 sweep(s), 4 probe(s)"));
     let html = std::fs::read_to_string(&page).unwrap();
+    // The page leads with the fleet's verdict and its findings.
+    let verdict = html
+        .find("<section id=\"verdict\">")
+        .expect("a verdict section");
+    assert!(verdict < html.find("<section id=\"probes\">").unwrap());
+    assert!(
+        html.contains("verdict: FAILED: 1 finding(s) fail the fleet (fleet_outlier)"),
+        "{html}"
+    );
+    assert!(
+        html.contains("FAIL fleet_outlier: node n3 cuda:1 is the fleet&#39;s outlier"),
+        "{html}"
+    );
     assert_eq!(html.matches("data-chart=\"fleet-figure\"").count(), 1);
     for rank in 0..4 {
         for gpu in 0..2 {
@@ -528,4 +540,264 @@ fn a_planted_secret_appears_in_no_document() {
             "{what} holds the planted secret:\n{text}"
         );
     }
+}
+
+/// The plan `fleet slurm` writes for the doctored fleet: 4 nodes of b200:7:4, environment and
+/// probe, beside the node folders.
+fn plan_for(libs: &Path, dir: &Path) {
+    let bin = assert_cmd::cargo::cargo_bin("iteragpu");
+    run_with(
+        libs,
+        &[
+            "fleet",
+            "slurm",
+            "--package",
+            "b200:7:4",
+            "--nodes",
+            "4",
+            "--checks",
+            "environment,probe",
+            "--binary",
+            bin.to_str().unwrap(),
+            "--output",
+            dir.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .success();
+}
+
+fn edit_probe(dir: &Path, node: &str, edit: impl FnOnce(&mut Value)) {
+    let path = dir.join(node).join("probe.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+fn text_of(a: &assert_cmd::assert::Assert) -> String {
+    String::from_utf8_lossy(&a.get_output().stdout).to_string()
+}
+
+#[test]
+fn empty_node_folders_fail_and_are_named() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    std::fs::create_dir_all(dir.join("n1")).unwrap();
+    std::fs::create_dir_all(dir.join("n2")).unwrap();
+    let text = text_of(&check(libs.path(), &dir, &[]).code(1));
+    assert!(text.starts_with("verdict: FAILED"), "{text}");
+    assert!(text.contains("FAIL nothing_ran"), "{text}");
+    for n in ["n1", "n2"] {
+        assert!(
+            text.contains(&format!(
+                "FAIL node_empty: node {n}: its folder holds no document"
+            )),
+            "{text}"
+        );
+    }
+    assert!(!text.contains("verdict: OK"), "{text}");
+    // No reader takes empty node folders for a run: `report` refuses them too.
+    let page = tmp.path().join("empty.html");
+    run_with(
+        libs.path(),
+        &[
+            "report",
+            dir.to_str().unwrap(),
+            "--output",
+            page.to_str().unwrap(),
+        ],
+        &[],
+    )
+    .failure();
+    assert!(!page.exists());
+    // The same under a plan: the planned node count and checks are named too.
+    plan_for(libs.path(), &dir);
+    let v = json_of(&check(libs.path(), &dir, &["--json"]).code(1));
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["expected_nodes"], 4);
+    assert_eq!(v["checks"], json!(["environment", "probe"]));
+    assert!(codes(&v).contains(&"node_missing".to_string()), "{v:#}");
+}
+
+#[test]
+fn without_a_plan_or_package_it_says_what_it_did_not_check() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    fleet(libs.path(), &dir, EVEN);
+    let text = text_of(&check(libs.path(), &dir, &[]).success());
+    assert!(text.starts_with("verdict: OK:"), "{text}");
+    assert!(!text.contains("the package matches"), "{text}");
+    assert!(text.contains("not checked: the plan:"), "{text}");
+    assert!(
+        text.contains("not checked: the package: none given"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_plan_holds_every_node_to_every_check_and_to_its_package() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    plan_for(libs.path(), &dir);
+    fleet(libs.path(), &dir, EVEN);
+    // NO first: n1's probe is partial, n3's probe was killed before its exit code.
+    edit_probe(&dir, "n1", |v| v["complete"] = json!(false));
+    std::fs::remove_file(dir.join("n3/probe.exit")).unwrap();
+    let text = text_of(&check(libs.path(), &dir, &[]).code(1));
+    assert!(
+        text.contains("FAIL node_failed: node n1: probe failed with exit code 0: probe.json is partial (complete: false)"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "FAIL node_failed: node n3: probe failed, the step did not finish: it left no exit code"
+        ),
+        "{text}"
+    );
+    // Then yes: the plan's package (b200:7:4) over all nodes, every planned check on each.
+    let dir = tmp.path().join("good");
+    plan_for(libs.path(), &dir);
+    fleet(libs.path(), &dir, EVEN);
+    let text = text_of(&check(libs.path(), &dir, &[]).success());
+    assert!(
+        text.starts_with("verdict: OK: every planned check (environment, probe) ran to a complete document with exit 0 on all 4 node(s) of job 4242, no failing finding, no outlier, the package matches (exit 0)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("package: b200:7:4 promises 8 x NVIDIA B200"),
+        "{text}"
+    );
+}
+
+#[test]
+fn copied_nodes_and_another_jobs_documents_fail() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    fleet(libs.path(), &dir, EVEN);
+    // n1's GPUs carry n0's UUIDs; n2's probe is another job's.
+    edit_probe(&dir, "n1", |v| {
+        for i in 0..2 {
+            v["devices"][i]["facts"]["uuid"] =
+                json!(format!("GPU-0{i}000000-0000-0000-0000-000000000000"));
+        }
+    });
+    edit_probe(&dir, "n2", |v| v["node"]["job_id"] = json!("999"));
+    let v = json_of(&check(libs.path(), &dir, &["--json"]).code(1));
+    let text = serde_json::to_string(&v["findings"]).unwrap();
+    assert!(
+        text.contains("GPU UUID GPU-00000000-0000-0000-0000-000000000000 appears 2 times, in n0/cuda:0, n1/cuda:0"),
+        "{text}"
+    );
+    assert!(
+        text.contains("node n2: probe.json comes from job 999, not 4242"),
+        "{text}"
+    );
+    // Two folders of one node: the same name and rank twice.
+    let copy = dir.join("n9");
+    std::fs::create_dir_all(&copy).unwrap();
+    for f in [
+        "environment.json",
+        "environment.exit",
+        "probe.json",
+        "probe.exit",
+    ] {
+        std::fs::copy(dir.join("n3").join(f), copy.join(f)).unwrap();
+    }
+    let v = json_of(&check(libs.path(), &dir, &["--json"]).code(1));
+    let text = serde_json::to_string(&v["findings"]).unwrap();
+    assert!(
+        text.contains("node name n3 appears 2 times, in n3, n9"),
+        "{text}"
+    );
+    assert!(
+        text.contains("node n9: environment.json was written on node n3, not n9"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_nodes_own_gpu_warnings_fail_the_fleet_with_node_and_gpu() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    fleet(libs.path(), &dir, EVEN);
+    let finding = |code: &str, severity: &str, device: &str, message: &str| json!({"code": code, "severity": severity, "device": device, "message": message, "figures": {}});
+    // A note only warns: the verdict stays OK.
+    edit_probe(&dir, "n0", |v| {
+        v["findings"] = json!([finding(
+            "persistence_off",
+            "note",
+            "cuda:0",
+            "cuda:0 has persistence mode off"
+        )]);
+    });
+    let text = text_of(&check(libs.path(), &dir, &[]).success());
+    assert!(
+        text.contains("warn persistence_off: node n0: cuda:0 has persistence mode off"),
+        "{text}"
+    );
+    // ECC errors, thermal throttling and a GPU at 45% of its datasheet each fail, named.
+    edit_probe(&dir, "n1", |v| {
+        v["findings"] = json!([
+            finding(
+                "ecc_uncorrected_errors",
+                "warning",
+                "cuda:1",
+                "cuda:1 has had 3 uncorrected ECC error(s) since the driver loaded"
+            ),
+            finding(
+                "clock_throttled",
+                "warning",
+                "cuda:0",
+                "cuda:0 is slowing its clocks (hw_thermal_slowdown)"
+            ),
+        ]);
+        v["warnings"] = json!(2);
+    });
+    edit_probe(&dir, "n2", |v| {
+        v["findings"] = json!([finding(
+            "gemm_below_datasheet",
+            "warning",
+            "cuda:0",
+            "cuda:0 bfloat16 at 45% of its datasheet"
+        )]);
+    });
+    let a = check(libs.path(), &dir, &["--json"]).code(1);
+    let v = json_of(&a);
+    let got: Vec<(String, String, String, String)> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["code"].as_str().unwrap().to_string(),
+                f["node"].as_str().unwrap_or("-").to_string(),
+                f["gpu"].as_str().unwrap_or("-").to_string(),
+                f["effect"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = |c: &str, n: &str, g: &str, e: &str| {
+        (c.to_string(), n.to_string(), g.to_string(), e.to_string())
+    };
+    assert_eq!(
+        got,
+        [
+            want("ecc_uncorrected_errors", "n1", "cuda:1", "fails"),
+            want("clock_throttled", "n1", "cuda:0", "fails"),
+            want("gemm_below_datasheet", "n2", "cuda:0", "fails"),
+            want("persistence_off", "n0", "cuda:0", "warns"),
+        ]
+    );
+    assert!(
+        v["findings"][0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("corrupt"),
+        "{v:#}"
+    );
 }

@@ -91,8 +91,11 @@ struct Cluster {
 
 impl Cluster {
     fn start(dir: &Path) -> Cluster {
-        // Ports of their own per run: base + 17 (slurmctld), base + 101..104 (slurmd).
-        let port_base = 20000 + (std::process::id() % 300) as u16 * 128;
+        // Ports of their own per run and per cluster of the run (the tests run in parallel):
+        // base + 17 (slurmctld), base + 101..104 (slurmd).
+        static STARTED: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        let k = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 2;
+        let port_base = 20000 + ((std::process::id() % 150) as u16 * 2 + k) * 128;
         let cluster = Cluster {
             dir: dir.to_path_buf(),
             conf: dir.join("slurm.conf"),
@@ -117,6 +120,43 @@ impl Cluster {
         let mut p = Process::new(tool);
         p.env("SLURM_CONF", &self.conf);
         p
+    }
+
+    /// `fleet slurm --submit` of environment and probe on the four nodes, its nodes running
+    /// `binary`, with extra options and variables (the job inherits them).
+    fn fleet_with(
+        &self,
+        output: &Path,
+        binary: &Path,
+        extra: &[&str],
+        vars: &[(&str, &str)],
+    ) -> Process {
+        let mut c = Process::new(env!("CARGO_BIN_EXE_iteragpu"));
+        c.env("SLURM_CONF", &self.conf)
+            .args([
+                "fleet",
+                "slurm",
+                "--package",
+                "b200:7:4",
+                "--nodes",
+                "4",
+                "--checks",
+                "environment,probe",
+                "--device",
+                "cpu",
+                "--probe-seconds",
+                "1",
+                "--submit",
+            ])
+            .args(extra)
+            .arg("--binary")
+            .arg(binary)
+            .arg("--output")
+            .arg(output);
+        for (k, v) in vars {
+            c.env(k, v);
+        }
+        c
     }
 
     fn fleet(&self, output: &Path) -> Command {
@@ -301,6 +341,219 @@ fn iteragpu() -> Command {
     Command::cargo_bin("iteragpu").unwrap()
 }
 
+/// A binary for the nodes that is the real one, except that the probe on the node named by
+/// `FLEET_TEST_HANG` sleeps for five minutes first: a node that hangs, as a real one can.
+fn hanging_binary(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let real = std::fs::canonicalize(env!("CARGO_BIN_EXE_iteragpu")).unwrap();
+    let path = dir.join("iteragpu-hangs.sh");
+    std::fs::write(
+        &path,
+        format!(
+            "#!/bin/sh\ncase \"$1:$SLURMD_NODENAME\" in \"probe:${{FLEET_TEST_HANG:-none}}\") sleep 300 ;; esac\nexec {} \"$@\"\n",
+            real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The verdict's findings that fail the fleet, as (code, node) pairs.
+fn failing(v: &serde_json::Value) -> Vec<(String, Option<String>)> {
+    v["verdict"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["effect"] == "fails")
+        .map(|f| {
+            (
+                f["code"].as_str().unwrap().to_string(),
+                f["node"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn scancel_a_time_limit_and_a_dead_node_each_fail_naming_the_node_and_cause() {
+    if skip() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster_dir = tmp.path().join("cluster");
+    let cluster = Cluster::start(&cluster_dir);
+    let bin = hanging_binary(tmp.path());
+
+    // scancel while n3's probe hangs (the others' probes have ended).
+    let dir = tmp.path().join("cancelled");
+    let child = {
+        let mut c = cluster.fleet_with(&dir, &bin, &["--json"], &[("FLEET_TEST_HANG", "n3")]);
+        c.stdout(std::process::Stdio::piped()).spawn().unwrap()
+    };
+    wait_for("three nodes' probes", Duration::from_secs(120), || {
+        ["n1", "n2", "n4"]
+            .iter()
+            .all(|n| dir.join(n).join("probe.exit").exists())
+            && dir.join("fleet.job").exists()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let job = read(&dir.join("fleet.job")).trim().to_string();
+    assert!(
+        cluster
+            .client("scancel")
+            .arg(&job)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verdict"]["ok"], false);
+    let fails = failing(&v);
+    let text = v["verdict"]["findings"].to_string();
+    assert!(
+        fails.contains(&("node_failed".to_string(), Some("n3".to_string()))),
+        "{fails:?}\n{text}"
+    );
+    assert!(
+        text.contains("ended by Slurm with SIGTERM") || text.contains("CANCELLED"),
+        "{text}"
+    );
+    assert!(
+        fails.iter().any(|(c, _)| c == "slurm_job_state"),
+        "{fails:?}"
+    );
+    assert_eq!(read(&dir.join("n3/probe.exit")).trim(), "143");
+    for healthy in ["n1", "n2", "n4"] {
+        assert!(
+            !fails.iter().any(|(_, n)| n.as_deref() == Some(healthy)),
+            "{healthy} is blamed: {fails:?}\n{text}"
+        );
+    }
+
+    // The job's time limit (1 minute) ends n2's hanging probe.
+    let dir = tmp.path().join("timed-out");
+    let a = cluster
+        .fleet_with(
+            &dir,
+            &bin,
+            &["--json", "--time", "1"],
+            &[("FLEET_TEST_HANG", "n2")],
+        )
+        .output()
+        .unwrap();
+    assert_eq!(
+        a.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let fails = failing(&v);
+    let text = v["verdict"]["findings"].to_string();
+    assert!(
+        fails.contains(&("node_failed".to_string(), Some("n2".to_string()))),
+        "{fails:?}\n{text}"
+    );
+    assert!(
+        text.contains("TIME LIMIT") || text.contains("TIMEOUT"),
+        "{text}"
+    );
+    for healthy in ["n1", "n3", "n4"] {
+        assert!(
+            !fails.iter().any(|(_, n)| n.as_deref() == Some(healthy)),
+            "{healthy} is blamed: {fails:?}\n{text}"
+        );
+    }
+
+    // n4's slurmd stopped at submission: the job is not requeued into the folder, n4 is named
+    // with Slurm's reason, the three healthy nodes pass their checks.
+    let pid = read(&cluster_dir.join("slurmd.n4.pid")).trim().to_string();
+    assert!(Process::new("kill").arg(&pid).status().unwrap().success());
+    let dir = tmp.path().join("dead");
+    let a = cluster
+        .fleet_with(&dir, &bin, &["--json"], &[])
+        .output()
+        .unwrap();
+    assert_eq!(
+        a.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&a.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let fails = failing(&v);
+    let text = v["verdict"]["findings"].to_string();
+    assert!(
+        fails.contains(&("node_missing".to_string(), Some("n4".to_string()))),
+        "{fails:?}\n{text}"
+    );
+    assert!(
+        fails.contains(&("slurm_node_down".to_string(), Some("n4".to_string()))),
+        "{fails:?}\n{text}"
+    );
+    assert!(text.contains("Not responding"), "{text}");
+    for healthy in ["n1", "n2", "n3"] {
+        assert!(
+            !fails.iter().any(|(_, n)| n.as_deref() == Some(healthy)),
+            "{healthy} is blamed: {fails:?}\n{text}"
+        );
+        assert_eq!(read(&dir.join(healthy).join("probe.exit")).trim(), "0");
+    }
+    assert!(read(&dir.join("fleet.sbatch")).contains("#SBATCH --no-requeue\n"));
+    drop(cluster);
+}
+
+#[test]
+fn requeue_and_an_unknown_partition_are_refused_before_a_folder_is_made() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("f");
+    iteragpu()
+        .args([
+            "fleet",
+            "slurm",
+            "--package",
+            "b200:7:4",
+            "--nodes",
+            "4",
+            "--requeue",
+            "--output",
+        ])
+        .arg(&dir)
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains(
+            "--requeue is refused: a requeued job runs again into the same folder",
+        ));
+    assert!(!dir.exists());
+    iteragpu()
+        .args([
+            "fleet",
+            "slurm",
+            "--package",
+            "b200:7:4",
+            "--nodes",
+            "4",
+            "--time",
+            "1h",
+            "--output",
+        ])
+        .arg(&dir)
+        .assert()
+        .code(2);
+    assert!(!dir.exists(), "a refused --time left its folder");
+}
+
 #[test]
 fn the_script_is_written_without_a_scheduler_and_never_over_another() {
     let tmp = tempfile::tempdir().unwrap();
@@ -325,6 +578,20 @@ fn the_script_is_written_without_a_scheduler_and_never_over_another() {
     );
     let plan: serde_json::Value = serde_json::from_str(&read(&dir.join("fleet.json"))).unwrap();
     assert_eq!(plan["gpus_per_node"], 4);
+    assert!(script.contains("#SBATCH --no-requeue\n"), "{script}");
+    // --json: the files written, one document.
+    let other = tmp.path().join("json");
+    let a = iteragpu()
+        .args(args)
+        .arg("--json")
+        .arg("--output")
+        .arg(&other)
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    assert_eq!(v["schema"], "iteragpu.fleet-slurm/1");
+    assert_eq!(v["submitted"], false);
+    assert!(v["script"].as_str().unwrap().ends_with("fleet.sbatch"));
     // The same folder again: refused, the script untouched.
     iteragpu()
         .args(args)
@@ -375,8 +642,34 @@ fn the_skypilot_task_asks_for_the_share_of_gpus_per_node() {
         .success()
         .stdout(predicates::str::contains("4 node(s) of B200:2"));
     let text = read(&yaml);
-    assert!(text.contains("num_nodes: 4\nresources:\n  accelerators: B200:2\n"));
+    assert!(text.contains("num_nodes: 4\nresources:\n  accelerators: \"B200:2\"\n"));
     assert!(text.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"));
+    // --json: one document that says the same.
+    let json_yaml = tmp.path().join("fleet-json.yaml");
+    let a = iteragpu()
+        .args([
+            "fleet",
+            "skypilot",
+            "--package",
+            "b200:7:4",
+            "--nodes",
+            "4",
+            "--json",
+        ])
+        .arg("--wheel")
+        .arg(&wheel)
+        .arg("--output")
+        .arg(&json_yaml)
+        .assert()
+        .success();
+    let v: serde_json::Value = serde_json::from_slice(&a.get_output().stdout).unwrap();
+    assert_eq!(v["schema"], "iteragpu.fleet-skypilot/1");
+    assert_eq!(v["accelerators"], "B200:2");
+    let plan: serde_json::Value =
+        serde_json::from_str(&read(Path::new(v["plan"].as_str().unwrap()))).unwrap();
+    assert_eq!(plan["gpus_per_node"], 2);
+    assert!(json_yaml.is_file());
+    assert!(tmp.path().join("fleet-json.plan.json").is_file());
     // The file exists now: refused.
     iteragpu()
         .args(["fleet", "skypilot", "--package", "b200:7:4", "--nodes", "4"])

@@ -443,3 +443,137 @@ fn other_machines_old_glibc_musl_and_bad_arguments_are_refused() {
         assert!(text(&help.stdout).contains(word), "{word}");
     }
 }
+
+/// What `sh` makes of one printed shell line: `line`, then `then`, with `home` as HOME, in a
+/// folder of its own; returns stdout.
+fn sh_reads(line: &str, then: &str, home: &Path) -> String {
+    let out = Process::new("sh")
+        .arg("-c")
+        .arg(format!("{line}\n{then}"))
+        .current_dir(home)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("MANPATH", "/usr/share/man")
+        .output()
+        .expect("sh runs");
+    assert!(out.status.success(), "{line}: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// The text after `marker` on the line of `out` that holds it.
+fn after<'a>(out: &'a str, marker: &str) -> &'a str {
+    let line = out
+        .lines()
+        .find(|l| l.contains(marker))
+        .unwrap_or_else(|| panic!("no `{marker}` in:\n{out}"));
+    &line[line.find(marker).unwrap() + marker.len()..]
+}
+
+/// A --prefix with every character a shell line treats specially (issue 32): the PATH, MANPATH,
+/// bash and zsh lines it prints name the folder exactly when a shell reads them, and run
+/// nothing; a prefix with a line break or a `:`, which no PATH line can carry, is refused and
+/// nothing is installed.
+#[test]
+fn a_hostile_prefix_is_quoted_in_the_lines_it_prints() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::fs::read(assert_cmd::cargo::cargo_bin("iteragpu")).unwrap();
+    let checkout = checkout_with_dist(dir.path(), &exe);
+    let script = checkout.join("scripts/install.sh");
+    let home = dir.path().join("home");
+    let pwned = dir.path().join("pwned");
+    let hostile = format!(
+        "it's \"$(touch {p})\" `touch {p}` \\n !x ~ $HOME *",
+        p = pwned.display()
+    );
+    // Outside the home folder, and under it (written with $HOME).
+    for prefix in [dir.path().join(&hostile), home.join(&hostile)] {
+        let done = install(
+            &script,
+            &["--prefix", prefix.to_str().unwrap()],
+            &home,
+            &system_path(None),
+        );
+        let out = text(&done.stdout);
+        assert!(done.status.success(), "{out}{}", text(&done.stderr));
+        assert!(prefix.join("bin/iteragpu").is_file());
+        let path = after(&out, "(or ~/.bashrc, ~/.zshrc): ");
+        assert!(path.starts_with("export PATH="), "{out}");
+        assert_eq!(
+            sh_reads(path, "printf %s \"$PATH\"", &home),
+            format!("{}/bin:/usr/bin:/bin", prefix.display())
+        );
+        let bash = after(&out, "bash: add to ~/.bashrc: . ");
+        assert_eq!(
+            sh_reads(&format!("printf %s {bash}"), "", &home),
+            format!(
+                "{}/share/bash-completion/completions/iteragpu",
+                prefix.display()
+            )
+        );
+        let zsh = after(&out, "before compinit: ");
+        let word = zsh
+            .strip_prefix("fpath=(")
+            .and_then(|w| w.strip_suffix(" $fpath)"))
+            .unwrap_or_else(|| panic!("{zsh}"));
+        let zsh_dir = format!("{}/share/zsh/site-functions", prefix.display());
+        assert_eq!(sh_reads(&format!("printf %s {word}"), "", &home), zsh_dir);
+        if have("zsh", "a_hostile_prefix_is_quoted_in_the_lines_it_prints") {
+            let out = Process::new("zsh")
+                .args(["-f", "-c", &format!("{zsh}\nprint -rn -- $fpath[1]")])
+                .env_clear()
+                .env("HOME", &home)
+                .output()
+                .unwrap();
+            assert_eq!(text(&out.stdout), zsh_dir, "{}", text(&out.stderr));
+        }
+        assert!(!pwned.exists(), "a printed line ran a command");
+    }
+    // With MANPATH set, the MANPATH line too.
+    let prefix = dir.path().join(format!("man {hostile}"));
+    let done = Process::new("sh")
+        .arg(&script)
+        .args(["--prefix", prefix.to_str().unwrap()])
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", system_path(None))
+        .env("MANPATH", "/usr/share/man")
+        .env("LC_ALL", "C.UTF-8")
+        .output()
+        .unwrap();
+    let out = text(&done.stdout);
+    assert!(done.status.success(), "{out}{}", text(&done.stderr));
+    let man = format!("export MANPATH={}", after(&out, "add export MANPATH="));
+    assert_eq!(
+        sh_reads(&man, "printf %s \"$MANPATH\"", &home),
+        format!("{}/share/man:/usr/share/man", prefix.display())
+    );
+    assert!(!pwned.exists());
+    // What no PATH line can carry: refused in one sentence, nothing installed.
+    for (name, says) in [
+        (
+            "line\nbreak",
+            "--prefix holds a line break or another control character",
+        ),
+        (
+            "a:b",
+            "holds a `:`, which separates the folders of PATH and MANPATH",
+        ),
+    ] {
+        let prefix = dir.path().join(name);
+        let done = install(
+            &script,
+            &["--prefix", prefix.to_str().unwrap()],
+            &home,
+            &system_path(None),
+        );
+        let err = text(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{err}");
+        assert!(
+            err.starts_with("install.sh: error: ") && err.contains(says),
+            "{err}"
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!prefix.exists());
+    }
+}

@@ -8,6 +8,7 @@ mod estimate;
 mod files;
 mod fit;
 mod fleet_check;
+mod fleet_inject;
 mod fleet_slurm;
 mod gpu_check;
 mod install;
