@@ -1,17 +1,23 @@
 //! The raw results grid (`data/resultats-bruts.csv`): one row per real run, never edited by the
 //! tool, only added to.
 //!
-//! **All or nothing.** A row is added by rewriting the whole grid to a temporary file in the same
-//! folder, flushing it, and renaming it over the grid ([`lab_io::files::replace`]): a reader, a
-//! kill or a full disk at any moment leaves the old grid or the new one, never half a row.
+//! **All or nothing, without a rewrite.** A row is appended in place: under the lock the writer
+//! writes a journal beside the grid ([`journal_path`]: the grid's length before the row) and
+//! flushes it, appends the row and flushes it, then removes the journal. A reader reads the grid
+//! under a shared lock, so never during an append, and up to a journal's length when a killed
+//! writer left one; the next writer cuts that unfinished row off and removes the journal. A kill
+//! or a full disk at any moment leaves the old grid or the new one, never half a row, and the
+//! cost of an append does not grow with the grid's rows but for one streamed pass in constant
+//! memory.
 //!
 //! **One writer at a time.** Writers take an exclusive OS lock (`File::lock`, advisory, honoured
-//! by every `iteragpu`) on the grid file. Because the rename puts a new file in the grid's place,
-//! a writer that waited for the lock checks, once it holds it, that the file it locked is still
-//! the one at the path, and starts again if not. Under the lock the whole grid is read and
-//! checked (header, every row, the measurement not recorded yet, the rental's package, the
-//! corpus's protocol) and, when the grid with the new row is still within [`GRID_LIMIT`] (the
-//! most any reader of it accepts), replaced; a grid that would grow past it is left as it was
+//! by every `iteragpu`) on the grid file, and check once they hold it that the file they locked is
+//! still the one at the path (an earlier version replaced the grid by renaming a new file over
+//! it), starting again if not. Under the lock the grid is read once, line by line (`scan`: the
+//! header, a line end at the end, the header's 19 fields on every line, and the new row against
+//! the rows it could contradict: the same measurement, the first row of its rental, corpus and
+//! protocol), and, when the grid with the new row is still within [`GRID_LIMIT`] (the most any
+//! reader of it accepts), the row is appended; a grid that would grow past it is left as it was
 //! and the row is refused, with the way to a new grid.
 //!
 //! **Readers trust nothing.** [`parse`] checks the exact header, every field of every row, the
