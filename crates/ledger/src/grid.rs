@@ -807,6 +807,9 @@ fn append_locked(
             &std::io::Error::other("the grid was replaced while it was locked"),
         ));
     }
+    // What killed writers left in the folder (the write probes of `check_replace`), as every
+    // writer removes it.
+    files::clean_stale(&files::folder_of(path));
     let journal = journal_path(path);
     if journal.exists() {
         if let Some(before) = journal_length(path)
