@@ -1,17 +1,23 @@
 //! The raw results grid (`data/resultats-bruts.csv`): one row per real run, never edited by the
 //! tool, only added to.
 //!
-//! **All or nothing.** A row is added by rewriting the whole grid to a temporary file in the same
-//! folder, flushing it, and renaming it over the grid ([`lab_io::files::replace`]): a reader, a
-//! kill or a full disk at any moment leaves the old grid or the new one, never half a row.
+//! **All or nothing, without a rewrite.** A row is appended in place: under the lock the writer
+//! writes a journal beside the grid ([`journal_path`]: the grid's length before the row) and
+//! flushes it, appends the row and flushes it, then removes the journal. A reader reads the grid
+//! under a shared lock, so never during an append, and up to a journal's length when a killed
+//! writer left one; the next writer cuts that unfinished row off and removes the journal. A kill
+//! or a full disk at any moment leaves the old grid or the new one, never half a row, and the
+//! cost of an append does not grow with the grid's rows but for one streamed pass in constant
+//! memory.
 //!
 //! **One writer at a time.** Writers take an exclusive OS lock (`File::lock`, advisory, honoured
-//! by every `iteragpu`) on the grid file. Because the rename puts a new file in the grid's place,
-//! a writer that waited for the lock checks, once it holds it, that the file it locked is still
-//! the one at the path, and starts again if not. Under the lock the whole grid is read and
-//! checked (header, every row, the measurement not recorded yet, the rental's package, the
-//! corpus's protocol) and, when the grid with the new row is still within [`GRID_LIMIT`] (the
-//! most any reader of it accepts), replaced; a grid that would grow past it is left as it was
+//! by every `iteragpu`) on the grid file, and check once they hold it that the file they locked is
+//! still the one at the path (an earlier version replaced the grid by renaming a new file over
+//! it), starting again if not. Under the lock the grid is read once, line by line (`scan`: the
+//! header, a line end at the end, the header's 19 fields on every line, and the new row against
+//! the rows it could contradict: the same measurement, the first row of its rental, corpus and
+//! protocol), and, when the grid with the new row is still within [`GRID_LIMIT`] (the most any
+//! reader of it accepts), the row is appended; a grid that would grow past it is left as it was
 //! and the row is refused, with the way to a new grid.
 //!
 //! **Readers trust nothing.** [`parse`] checks the exact header, every field of every row, the
@@ -542,6 +548,10 @@ fn header_error(path: &Path, first: &[u8]) -> LedgerError {
     }
 }
 
+/// What a grid whose last line has no line end is told.
+const TORN: &str = "the last line has no line end: it is half a row (a write that was cut off) or \
+     text added by hand; nothing in this grid is counted until that line is completed or removed";
+
 /// Parses a whole grid: the exact header, then rows that fit it and each other, and a line end
 /// after the last one. An empty file is an empty grid.
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Grid, LedgerError> {
@@ -560,13 +570,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Grid, LedgerError> {
     }
     let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
     if !bytes.ends_with(b"\n") {
-        return Err(bad(
-            lines + 1,
-            "the last line has no line end: it is half a row (a write that was cut off) or \
-             text added by hand; nothing in this grid is counted until that line is completed or \
-             removed"
-                .into(),
-        ));
+        return Err(bad(lines + 1, TORN.into()));
     }
     let mut reader = csv::ReaderBuilder::new()
         .has_headers(true)
@@ -594,10 +598,52 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Grid, LedgerError> {
     Ok(grid)
 }
 
-/// Reads a grid file (within [`GRID_LIMIT`]).
+/// Reads a grid file (within [`GRID_LIMIT`]) under a shared lock, so that no append is under
+/// way while it is read; a row a killed writer left unfinished (its journal says where the grid
+/// ended before it) is not part of the grid.
 pub fn read(path: &Path) -> Result<Grid, LedgerError> {
-    let bytes = files::read_bounded(path, GRID_LIMIT, "a results grid")?;
+    let file = files::open_input(path).map_err(|e| input_err(path, &e))?;
+    // A file that cannot be locked (a file system without locks) is read as it is.
+    let _ = file.lock_shared();
+    let reader = file.try_clone().map_err(|e| input_err(path, &e))?;
+    let mut bytes = files::read_bounded_from(reader, path, GRID_LIMIT, "a results grid")?;
+    if let Some(before) = journal_length(path)
+        && before <= bytes.len() as u64
+        && (before == 0 || bytes[before as usize - 1] == b'\n')
+    {
+        bytes.truncate(before as usize);
+    }
+    let _ = file.unlock();
     parse(path, &bytes)
+}
+
+/// An OS error reading the grid.
+fn input_err(path: &Path, e: &std::io::Error) -> lab_io::files::InputError {
+    lab_io::files::InputError::Io {
+        path: path.to_path_buf(),
+        reason: lab_io::files::os_message(e),
+        kind: e.kind(),
+    }
+}
+
+/// The journal beside a grid while a row is appended: the grid's length before the row. A writer
+/// killed mid-append leaves it; readers read the grid up to that length, and the next writer cuts
+/// the grid back to it and removes it.
+pub fn journal_path(path: &Path) -> std::path::PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(|| "grid".into(), |n| n.to_string_lossy().into_owned());
+    files::folder_of(path).join(format!("{}append-{name}", files::TMP_PREFIX))
+}
+
+/// The length a journal holds, when there is one and it holds a length.
+fn journal_length(path: &Path) -> Option<u64> {
+    let text = std::fs::read(journal_path(path)).ok()?;
+    let text = std::str::from_utf8(&text).ok()?.trim_end();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
 }
 
 /// Where an appended row landed.
@@ -609,6 +655,23 @@ pub struct Appended {
     pub created: bool,
     /// What the write may still say (a folder that could not be flushed).
     pub written: Written,
+}
+
+/// True when two open files are the same file.
+fn same_file(a: &File, b: &File) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (a.metadata(), b.metadata()) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
 }
 
 /// True when the open `file` is still the file at `path` (not replaced since it was opened).
@@ -705,34 +768,265 @@ fn append_within(
             // Replaced by the writer we waited for: lock the new grid instead.
             continue;
         }
-        let reader = file.try_clone().map_err(|e| OutputError::Io {
-            path: path.to_path_buf(),
-            reason: lab_io::files::os_message(&e),
-        })?;
-        let bytes = files::read_bounded_from(reader, path, limit, "a results grid")?;
-        let grid = parse(path, &bytes)?;
-        if let Some(c) = grid.index.conflict(row) {
-            return Err(conflict(c));
-        }
-        let created = bytes.is_empty();
-        let mut out = if created {
-            let mut h = header_line().into_bytes();
-            h.push(b'\n');
-            h
-        } else {
-            bytes
-        };
-        out.extend(row.to_line());
-        within_limit(path, out.len(), limit)?;
-        let written = files::replace(path, &out)?;
+        let written = append_locked(path, &file, row, limit, &conflict);
         // Closing the file releases the lock too; unlocking explicitly says when.
         let _ = file.unlock();
-        return Ok(Appended {
-            line: if created { 2 } else { grid.lines + 1 },
-            created,
-            written,
-        });
+        return written;
     }
+}
+
+/// An OS error on the grid as an output error.
+fn out_err(path: &Path, e: &std::io::Error) -> LedgerError {
+    OutputError::Io {
+        path: path.to_path_buf(),
+        reason: lab_io::files::os_message(e),
+    }
+    .into()
+}
+
+/// The append itself, under the grid's exclusive lock: a killed writer's unfinished row removed
+/// (its journal), then one streamed pass over the grid ([`scan`]: header, whole last row, the new
+/// row against the rows it could contradict), then the journal written and flushed, the row
+/// appended and flushed, and the journal removed. Nothing but one line is held in memory, and
+/// the grid is never rewritten.
+fn append_locked(
+    path: &Path,
+    locked: &File,
+    row: &Row,
+    limit: u64,
+    conflict: &impl Fn(Conflict) -> LedgerError,
+) -> Result<Appended, LedgerError> {
+    use std::io::{Seek, Write};
+    // The lock is held on `file` (opened to read); the row goes through a second handle on the
+    // same file, opened to write.
+    let file = &std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| out_err(path, &e))?;
+    if !same_file(file, locked) {
+        return Err(out_err(
+            path,
+            &std::io::Error::other("the grid was replaced while it was locked"),
+        ));
+    }
+    // What killed writers left in the folder (the write probes of `check_replace`), as every
+    // writer removes it.
+    files::clean_stale(&files::folder_of(path));
+    let journal = journal_path(path);
+    if journal.exists() {
+        if let Some(before) = journal_length(path)
+            && before <= file.metadata().map_err(|e| out_err(path, &e))?.len()
+        {
+            file.set_len(before).map_err(|e| out_err(path, &e))?;
+            file.sync_all().map_err(|e| out_err(path, &e))?;
+        }
+        std::fs::remove_file(&journal).map_err(|e| out_err(&journal, &e))?;
+    }
+    let size = file.metadata().map_err(|e| out_err(path, &e))?.len();
+    if size > limit {
+        return Err(lab_io::files::InputError::TooLarge {
+            path: path.to_path_buf(),
+            what: "a results grid",
+            limit,
+        }
+        .into());
+    }
+    let created = size == 0;
+    let mut add = Vec::new();
+    let lines = if created {
+        add.extend(header_line().into_bytes());
+        add.push(b'\n');
+        0
+    } else {
+        let scanned = scan(path, file, row, size)?;
+        if let Some(c) = scanned.conflict {
+            return Err(conflict(c));
+        }
+        scanned.lines
+    };
+    add.extend(row.to_line());
+    within_limit(path, size as usize + add.len(), limit)?;
+    // The journal first, flushed with its folder: from here a kill leaves the grid readable at
+    // `size`, whatever part of the row is written.
+    let mut note = File::create(&journal).map_err(|e| out_err(&journal, &e))?;
+    note.write_all(format!("{size}\n").as_bytes())
+        .and_then(|()| note.sync_all())
+        .map_err(|e| out_err(&journal, &e))?;
+    drop(note);
+    let _ = File::open(files::folder_of(path)).and_then(|f| f.sync_all());
+    let mut out = file;
+    let appended = out
+        .seek(std::io::SeekFrom::Start(size))
+        .and_then(|_| out.write_all(&add))
+        .and_then(|()| out.sync_data());
+    if let Err(e) = appended {
+        // Nothing lost: the grid is cut back to where it was (a full disk, say).
+        let _ = file.set_len(size).and_then(|()| file.sync_all());
+        let _ = std::fs::remove_file(&journal);
+        return Err(out_err(path, &e));
+    }
+    std::fs::remove_file(&journal).map_err(|e| out_err(&journal, &e))?;
+    let folder = File::open(files::folder_of(path)).and_then(|f| f.sync_all());
+    Ok(Appended {
+        line: if created { 2 } else { lines + 1 },
+        created,
+        written: Written {
+            folder_not_flushed: folder.err().map(|e| lab_io::files::os_message(&e)),
+        },
+    })
+}
+
+/// What one pass over a grid found.
+struct Scanned {
+    /// Line ends in the file.
+    lines: u64,
+    /// The new row's contradiction with the rows, the one [`Index::conflict`] reports first.
+    conflict: Option<Conflict>,
+}
+
+/// One streamed pass over the grid (`size` bytes, not empty) in constant memory: the exact
+/// header, a line end at the end (no torn row), and the new row against the rows it could
+/// contradict, as [`Index::conflict`] checks it against a whole grid: the same measurement
+/// anywhere, and the first row of its rental, its corpus and its protocol (a grid this tool
+/// wrote agrees with itself, so the first row of each says what every other says). Every line
+/// must have the header's 19 fields; a line that names none of these is split on commas, not
+/// parsed, and a line it reads as a row is checked as [`parse`] checks it. The other rows'
+/// fields are not checked again: every reader ([`read`], so `cost`) checks them all.
+fn scan(path: &Path, file: &File, row: &Row, size: u64) -> Result<Scanned, LedgerError> {
+    use std::io::{BufRead, BufReader, Read, Seek};
+    let bad = |line: u64, reason: String| LedgerError::BadRow {
+        path: path.to_path_buf(),
+        line,
+        reason,
+    };
+    let io = |e: std::io::Error| LedgerError::from(input_err(path, &e));
+    let mut handle = file.try_clone().map_err(io)?;
+    handle.seek(std::io::SeekFrom::Start(0)).map_err(io)?;
+    let mut reader = BufReader::with_capacity(1 << 16, handle.take(size));
+    let mut line = Vec::new();
+    let header = header_line();
+    // The first line, read no further than a header could go.
+    (&mut reader)
+        .take(header.len() as u64 + 2)
+        .read_until(b'\n', &mut line)
+        .map_err(io)?;
+    let first = line.strip_suffix(b"\n").unwrap_or(&line);
+    let first = first.strip_suffix(b"\r").unwrap_or(first);
+    if first == header.as_bytes() && !line.ends_with(b"\n") {
+        return Err(bad(1, TORN.into()));
+    }
+    if first != header.as_bytes() {
+        let mut shown = line.clone();
+        if !line.ends_with(b"\n") {
+            (&mut reader)
+                .take(1 << 16)
+                .read_until(b'\n', &mut shown)
+                .map_err(io)?;
+        }
+        let shown = shown.split(|b| *b == b'\n').next().unwrap_or_default();
+        let shown = shown.strip_suffix(b"\r").unwrap_or(shown);
+        return Err(header_error(path, shown));
+    }
+    let mut duplicate: Option<(u64, String)> = None;
+    let mut rental: Option<(u64, Package)> = None;
+    let mut corpus: Option<(u64, String)> = None;
+    let mut protocol: Option<(u64, String, Aggregation)> = None;
+    let mut lines = 1u64;
+    loop {
+        line.clear();
+        let n = reader.read_until(b'\n', &mut line).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        if !line.ends_with(b"\n") {
+            return Err(bad(lines + 1, TORN.into()));
+        }
+        lines += 1;
+        let wanted = [
+            duplicate.is_none(),
+            rental.is_none(),
+            corpus.is_none(),
+            protocol.is_none(),
+        ];
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        if text.is_empty() {
+            // The CSV reader skips an empty line.
+            continue;
+        }
+        // A line without quotes splits on commas exactly as the CSV reader splits it: its shape
+        // is checked, and it is read as a row only when it names what the new row is checked
+        // against. A quoted line is always read (and checked) as a row.
+        if !text.contains(&b'"') {
+            let mut fields: [&[u8]; 19] = [&[]; 19];
+            let mut count = 0;
+            for field in text.split(|b| *b == b',') {
+                if count < fields.len() {
+                    fields[count] = field;
+                }
+                count += 1;
+            }
+            if count != HEADER.len() {
+                return Err(bad(
+                    lines,
+                    format!("{count} fields, the header has {}", HEADER.len()),
+                ));
+            }
+            let named = [
+                fields[12] == row.measurement_sha256.as_bytes(),
+                fields[4] == row.rental.as_bytes(),
+                fields[3] == row.corpus_id.as_bytes(),
+                fields[2] == row.protocol_sha256.as_bytes(),
+            ];
+            if !named.iter().zip(wanted).any(|(n, w)| *n && w) {
+                continue;
+            }
+        }
+        let mut records = csv::ReaderBuilder::new()
+            .has_headers(false)
+            .flexible(true)
+            .from_reader(line.as_slice());
+        let record = match records.records().next() {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return Err(bad(lines, format!("not a CSV row ({e})"))),
+            None => continue,
+        };
+        let old = Row::from_record(&record).map_err(|reason| bad(lines, reason))?;
+        if wanted[0] && old.measurement_sha256 == row.measurement_sha256 {
+            duplicate = Some((lines, old.run_id.clone()));
+        }
+        if wanted[1] && old.rental == row.rental {
+            rental = Some((lines, old.package.clone()));
+        }
+        if wanted[2] && old.corpus_id == row.corpus_id {
+            corpus = Some((lines, old.protocol_sha256.clone()));
+        }
+        if wanted[3] && old.protocol_sha256 == row.protocol_sha256 {
+            protocol = Some((lines, old.acceptance_threshold.clone(), old.aggregation));
+        }
+    }
+    // The same order as Index::conflict.
+    let conflict = if let Some((line, run_id)) = duplicate {
+        Some(Conflict::Duplicate { line, run_id })
+    } else if let Some((line, package)) = rental.filter(|(_, p)| *p != row.package) {
+        Some(Conflict::RentalPackage {
+            rental: row.rental.clone(),
+            package: package.to_string(),
+            line,
+        })
+    } else if let Some((line, protocol)) = corpus.filter(|(_, p)| *p != row.protocol_sha256) {
+        Some(Conflict::CorpusProtocol {
+            corpus: row.corpus_id.clone(),
+            protocol,
+            line,
+        })
+    } else {
+        protocol
+            .filter(|(_, t, a)| *t != row.acceptance_threshold || *a != row.aggregation)
+            .map(|(line, _, _)| Conflict::ProtocolRules { line })
+    };
+    Ok(Scanned { lines, conflict })
 }
 
 #[cfg(test)]
@@ -1038,5 +1332,94 @@ mod tests {
         assert_eq!(grid.rows.len(), 100);
         let lines: Vec<u64> = grid.rows.iter().map(|r| r.line).collect();
         assert_eq!(lines, (2..102).collect::<Vec<_>>());
+    }
+
+    /// A killed writer's unfinished row (the journal still beside the grid) is not part of the
+    /// grid for readers, and the next writer cuts it off; without a journal, a torn last line is
+    /// the file's fault and refused.
+    #[test]
+    fn an_unfinished_append_is_cut_back_by_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grid.csv");
+        let whole = grid_of(&[row(1), row(2)]);
+        let mut torn = whole.clone();
+        let next = row(3).to_line();
+        torn.extend(&next[..next.len() / 2]);
+        std::fs::write(&path, &torn).unwrap();
+        std::fs::write(journal_path(&path), format!("{}\n", whole.len())).unwrap();
+        assert_eq!(read(&path).unwrap().rows.len(), 2);
+        let a = append(&path, &row(4), no_conflict).unwrap();
+        assert_eq!(a.line, 4);
+        let mut expected = whole.clone();
+        expected.extend(row(4).to_line());
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert!(!journal_path(&path).exists());
+        // No journal: refused, and the grid left as it is.
+        std::fs::write(&path, &torn).unwrap();
+        let err = append(&path, &row(5), no_conflict).unwrap_err();
+        assert!(matches!(err, LedgerError::BadRow { line: 4, .. }), "{err}");
+        assert!(err.to_string().contains("no line end"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), torn);
+    }
+
+    /// The streamed check finds what the whole grid's index finds, wherever the row it
+    /// contradicts is: the same measurement, rental, corpus or protocol, first or last.
+    #[test]
+    fn append_finds_the_conflicts_the_index_finds() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("grid.csv");
+        let mut rows = Vec::new();
+        for i in 0..40u8 {
+            let mut r = row(i + 1);
+            r.rental = format!("r{}", i % 5);
+            r.package = format!("b200:7:{}", i % 5 + 1).parse().unwrap();
+            r.corpus_id = format!("c{}", i % 3);
+            r.protocol_sha256 = format!("{:02x}", i % 3 + 0xa0).repeat(32);
+            if i % 2 == 0 {
+                r.notes = "quoted, \"here\"".into();
+            } else {
+                r.notes = "plain".into();
+            }
+            rows.push(r);
+        }
+        let bytes = grid_of(&rows);
+        let index = parse(&path, &bytes).unwrap().index;
+        let mut candidates = Vec::new();
+        for base in [&rows[0], &rows[39], &rows[17]] {
+            let mut dup = base.clone();
+            dup.rental = "new".into();
+            candidates.push(dup);
+            let mut other_package = row(0xf0);
+            other_package.rental = base.rental.clone();
+            other_package.corpus_id = base.corpus_id.clone();
+            other_package.protocol_sha256 = base.protocol_sha256.clone();
+            candidates.push(other_package.clone());
+            let mut other_protocol = other_package.clone();
+            other_protocol.rental = "fresh".into();
+            other_protocol.protocol_sha256 = "ee".repeat(32);
+            candidates.push(other_protocol);
+            let mut other_rules = other_package.clone();
+            other_rules.rental = "fresh".into();
+            other_rules.acceptance_threshold = "0.8".into();
+            other_rules.threshold_met = true;
+            candidates.push(other_rules);
+            let mut fine = other_package.clone();
+            fine.rental = "fresh".into();
+            candidates.push(fine);
+        }
+        for (at, new) in candidates.iter().enumerate() {
+            std::fs::write(&path, &bytes).unwrap();
+            let expected = index.conflict(new).map(|c| c.to_string());
+            let got = match append(&path, new, no_conflict) {
+                Ok(a) => {
+                    assert_eq!(a.line, 42);
+                    None
+                }
+                Err(LedgerError::Counts(c)) => Some(c),
+                Err(e) => panic!("candidate {at}: {e}"),
+            };
+            assert_eq!(got, expected, "candidate {at}");
+        }
+        assert!(candidates.iter().any(|c| index.conflict(c).is_none()));
     }
 }

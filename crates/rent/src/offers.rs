@@ -44,7 +44,6 @@ use rust_decimal::prelude::ToPrimitive;
 use serde::Serialize;
 
 use crate::fit::FitOption;
-use crate::rows::{LineCounter, line_of};
 
 /// The columns a SkyPilot catalogue file must have, each once, in any order.
 pub const REQUIRED_COLUMNS: [&str; 8] = [
@@ -70,6 +69,16 @@ pub const SKYPILOT_CURRENCY: &str = "USD";
 /// The largest offers file read, in bytes (64 MiB: SkyPilot's largest, AWS's `vms.csv`, takes
 /// about 2.5 MB).
 pub const MAX_OFFERS_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The most line ends one row may span (a quoted cell may hold line ends; more than this is a
+/// quote left open), so that the reader's memory stays bounded whatever the file.
+pub const MAX_ROW_LINE_ENDS: usize = 1 << 20;
+
+/// The most distinct priced instance types (instance type, accelerator, count), and the most
+/// distinct accelerator names the mapping does not name, one file may hold. The reader keeps one
+/// small entry per instance type, not per row, so its memory is bounded by this and not by the
+/// file's rows; SkyPilot's files have a few hundred instance types each.
+pub const MAX_OFFER_GROUPS: usize = 20_000;
 
 /// Where a file's date comes from.
 pub const DATE_SOURCE: &str = "the file's modification time, as a UTC calendar day";
@@ -290,12 +299,40 @@ pub enum OffersError {
     },
     /// More than [`MAX_OFFERS_BYTES`].
     #[error(
-        "the offers file {file} is larger than {} bytes (64 MiB), the largest accepted; expected one SkyPilot catalogue file such as catalogs/v7/aws/vms.csv (about 2.5 MB)",
+        "the offers file {file} is {size}, larger than {} bytes (64 MiB), the largest accepted; expected one SkyPilot catalogue file such as catalogs/v7/aws/vms.csv (about 2.5 MB)",
         MAX_OFFERS_BYTES
     )]
     TooLarge {
         /// Path or name.
         file: String,
+        /// Its size (`N bytes`), or `more than N bytes` for a stream cut at the limit.
+        size: String,
+    },
+    /// A row holding more line ends than [`MAX_ROW_LINE_ENDS`]: a quote left open.
+    #[error(
+        "the offers file {file}, row {row}: the row spans more than {limit} line ends (a quote left open?); expected one instance type and region per line"
+    )]
+    RowLines {
+        /// Path or name.
+        file: String,
+        /// The row (line) where the reader was.
+        row: u64,
+        /// [`MAX_ROW_LINE_ENDS`].
+        limit: usize,
+    },
+    /// More distinct priced instance types, or unmapped accelerator names, than are kept.
+    #[error(
+        "the offers file {file}, row {row}: more than {limit} distinct {what}, the most one file is priced with; expected one SkyPilot catalogue file (AWS's has a few hundred instance types)"
+    )]
+    TooMany {
+        /// Path or name.
+        file: String,
+        /// The row that would go past the limit.
+        row: u64,
+        /// What is counted.
+        what: &'static str,
+        /// [`MAX_OFFER_GROUPS`].
+        limit: usize,
     },
     /// Nothing (or only blanks and a byte order mark) in the file.
     #[error(
@@ -380,10 +417,16 @@ pub enum OffersError {
     },
 }
 
-impl OffersFile {
-    /// Loads and validates an offers file, dated by its modification time; messages name it by
-    /// the path as given.
-    pub fn from_path(path: &Path) -> Result<OffersFile, OffersError> {
+/// An offers file opened for reading: its name, date and a reader of its bytes, size checked.
+struct Opened {
+    file: String,
+    date: FileDate,
+    reader: std::fs::File,
+}
+
+impl Opened {
+    /// Opens `path`, refuses it over [`MAX_OFFERS_BYTES`] (naming its size) and dates it.
+    fn path(path: &Path) -> Result<Opened, OffersError> {
         let file = path.display().to_string();
         let reader = lab_io::files::open_input(path).map_err(|reason| OffersError::Read {
             file: file.clone(),
@@ -394,45 +437,52 @@ impl OffersFile {
             reason,
         })?;
         if meta.is_file() && meta.len() > MAX_OFFERS_BYTES {
-            return Err(OffersError::TooLarge { file });
+            return Err(OffersError::TooLarge {
+                file,
+                size: format!("{} bytes", meta.len()),
+            });
         }
         let modified = meta.modified().map_err(|reason| OffersError::Date {
             file: file.clone(),
             reason,
         })?;
-        OffersFile::from_reader(&file, FileDate::from_system_time(modified), reader)
+        Ok(Opened {
+            file,
+            date: FileDate::from_system_time(modified),
+            reader,
+        })
+    }
+}
+
+impl OffersFile {
+    /// Loads and validates an offers file, dated by its modification time; messages name it by
+    /// the path as given. Every row is kept: [`read`] is the bounded way to price a file.
+    pub fn from_path(path: &Path) -> Result<OffersFile, OffersError> {
+        let opened = Opened::path(path)?;
+        OffersFile::from_reader(&opened.file, opened.date, opened.reader)
     }
 
     /// Loads and validates an offers file from any reader, with the date given.
     pub fn from_reader(
         name: &str,
         date: FileDate,
-        mut reader: impl Read,
+        reader: impl Read,
     ) -> Result<OffersFile, OffersError> {
-        let file = name.to_string();
-        let mut bytes = Vec::new();
-        reader
-            .by_ref()
-            .take(MAX_OFFERS_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|reason| OffersError::Read {
-                file: file.clone(),
-                reason,
-            })?;
-        if bytes.len() as u64 > MAX_OFFERS_BYTES {
-            return Err(OffersError::TooLarge { file });
+        let mut rows = Vec::new();
+        let read = Parser {
+            file: name.to_string(),
         }
-        let content = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
-        if content.iter().all(u8::is_ascii_whitespace) {
-            return Err(OffersError::Empty { file });
-        }
-        let (rows, currency) = Parser { file: file.clone() }.parse(content)?;
-        let currency_from_column = currency.is_some();
+        .parse(reader, |row| {
+            rows.push(row);
+            Ok(())
+        })?;
         Ok(OffersFile {
-            name: file,
+            name: name.to_string(),
             date,
-            currency: currency.unwrap_or_else(|| SKYPILOT_CURRENCY.to_string()),
-            currency_from_column,
+            currency_from_column: read.currency.is_some(),
+            currency: read
+                .currency
+                .unwrap_or_else(|| SKYPILOT_CURRENCY.to_string()),
             rows,
         })
     }
@@ -459,11 +509,16 @@ impl OffersFile {
 
     /// Where the currency comes from, as printed.
     pub fn currency_source(&self) -> &'static str {
-        if self.currency_from_column {
-            "the file's Currency column (one currency on every row)"
-        } else {
-            "SkyPilot's catalogue prices are USD per hour for the whole instance; the file has no Currency column"
-        }
+        currency_source(self.currency_from_column)
+    }
+}
+
+/// Where the currency comes from, as printed: the file's column, or SkyPilot's rule.
+fn currency_source(from_column: bool) -> &'static str {
+    if from_column {
+        "the file's Currency column (one currency on every row)"
+    } else {
+        "SkyPilot's catalogue prices are USD per hour for the whole instance; the file has no Currency column"
     }
 }
 
@@ -733,8 +788,13 @@ pub struct OffersSection {
     pub fit_rule: &'static str,
     /// Rows not priced.
     pub skipped: Skipped,
+    /// Instance types priced: the offers of each duration before `limit`.
+    pub instance_types: u64,
+    /// At most this many offers of each duration are listed (the first by the order below);
+    /// null: every one.
+    pub limit: Option<usize>,
     /// One per instance type and duration: by duration, then fitting first, then cheapest on
-    /// demand, then cheapest spot.
+    /// demand, then cheapest spot, then instance type; at most `limit` of each duration.
     pub offers: Vec<Offer>,
 }
 
@@ -759,146 +819,362 @@ pub fn price(
     mapping: &Mapping,
     days: &[u32],
 ) -> Result<OffersSection, OffersError> {
-    struct Group<'a> {
-        first: &'a OfferRow,
-        gpu: String,
-        gpus: u32,
-        on_demand: Option<&'a OfferRow>,
-        spot: Option<&'a OfferRow>,
-    }
-    let mut skipped = Skipped::default();
-    let mut unmapped_at: HashMap<&str, usize> = HashMap::new();
-    let mut groups: Vec<Group> = Vec::new();
-    let mut group_at: HashMap<(&str, &str, u32), usize> = HashMap::new();
+    let mut pricer = Pricer::new(file.name(), mapping);
     for row in file.rows() {
+        pricer.add(row.clone())?;
+    }
+    let head = Head {
+        file: file.name().to_string(),
+        date: file.date().clone(),
+        currency: file.currency().to_string(),
+        currency_from_column: file.currency_from_column,
+    };
+    pricer.finish(&head, days, None, None)
+}
+
+/// Reads the offers file at `path` row by row and prices it as [`price`] and [`attach_fit`] do,
+/// keeping one entry per instance type (never the rows) and building only the offers listed:
+/// at most `limit` of each duration (the first by the order of [`attach_fit`]), or every one.
+/// The file is refused over [`MAX_OFFERS_BYTES`], and past [`MAX_OFFER_GROUPS`] instance types.
+pub fn read(
+    path: &Path,
+    mapping: &Mapping,
+    days: &[u32],
+    options: &[FitOption],
+    limit: Option<usize>,
+) -> Result<OffersSection, OffersError> {
+    let opened = Opened::path(path)?;
+    let mut pricer = Pricer::new(&opened.file, mapping);
+    let parsed = Parser {
+        file: opened.file.clone(),
+    }
+    .parse(opened.reader, |row| pricer.add(row))?;
+    let head = Head {
+        file: opened.file.clone(),
+        date: opened.date,
+        currency_from_column: parsed.currency.is_some(),
+        currency: parsed
+            .currency
+            .unwrap_or_else(|| SKYPILOT_CURRENCY.to_string()),
+    };
+    pricer.finish(&head, days, Some(options), limit)
+}
+
+/// What a section says of its file.
+struct Head {
+    file: String,
+    date: FileDate,
+    currency: String,
+    currency_from_column: bool,
+}
+
+/// The cheapest row of one kind of an instance type so far.
+struct Best {
+    hourly: Decimal,
+    row: u64,
+    region: String,
+    zone: Option<String>,
+}
+
+/// One instance type (instance type, accelerator name, GPU count): its first row's sizes and
+/// its cheapest rows so far.
+struct Group {
+    instance_type: String,
+    accelerator_name: String,
+    gpu: String,
+    gpus: u32,
+    vcpus: Option<Decimal>,
+    memory_gib: Option<Decimal>,
+    on_demand: Option<Best>,
+    spot: Option<Best>,
+}
+
+/// Takes rows in file order and keeps what pricing needs: one [`Group`] per instance type and
+/// the counts of rows not priced. Its memory is bounded by [`MAX_OFFER_GROUPS`], not by rows.
+struct Pricer<'m> {
+    file: String,
+    mapping: &'m Mapping,
+    rows: u64,
+    skipped: Skipped,
+    unmapped_at: HashMap<String, usize>,
+    groups: Vec<Group>,
+    group_at: HashMap<(String, String, u32), usize>,
+}
+
+impl<'m> Pricer<'m> {
+    fn new(file: &str, mapping: &'m Mapping) -> Pricer<'m> {
+        Pricer {
+            file: file.to_string(),
+            mapping,
+            rows: 0,
+            skipped: Skipped::default(),
+            unmapped_at: HashMap::new(),
+            groups: Vec::new(),
+            group_at: HashMap::new(),
+        }
+    }
+
+    fn too_many(&self, row: u64, what: &'static str) -> OffersError {
+        OffersError::TooMany {
+            file: self.file.clone(),
+            row,
+            what,
+            limit: MAX_OFFER_GROUPS,
+        }
+    }
+
+    fn add(&mut self, row: OfferRow) -> Result<(), OffersError> {
+        self.rows += 1;
         let Some(count) = row
             .accelerator_count
             .filter(|_| !row.accelerator_name.is_empty())
         else {
-            skipped.without_accelerator += 1;
-            continue;
+            self.skipped.without_accelerator += 1;
+            return Ok(());
         };
         if row.instance_type.is_empty() {
-            skipped.accelerator_only += 1;
-            continue;
+            self.skipped.accelerator_only += 1;
+            return Ok(());
         }
         if !count.fract().is_zero() {
-            skipped.fractional_gpus += 1;
-            continue;
+            self.skipped.fractional_gpus += 1;
+            return Ok(());
         }
         // Validated on load: a positive whole count within u32 is all that remains.
         let Some(gpus) = count.to_u32().filter(|g| *g > 0) else {
-            skipped.fractional_gpus += 1;
-            continue;
+            self.skipped.fractional_gpus += 1;
+            return Ok(());
         };
+        let mapping = self.mapping;
         let Some(gpu) = mapping.gpu(&row.accelerator_name) else {
-            let at = *unmapped_at
-                .entry(row.accelerator_name.as_str())
-                .or_insert_with(|| {
-                    skipped.unmapped.push(Unmapped {
+            let at = match self.unmapped_at.get(row.accelerator_name.as_str()) {
+                Some(&at) => at,
+                None => {
+                    if self.skipped.unmapped.len() >= MAX_OFFER_GROUPS {
+                        return Err(self.too_many(
+                            row.row,
+                            "accelerator names that the mapping does not name",
+                        ));
+                    }
+                    self.skipped.unmapped.push(Unmapped {
                         accelerator_name: row.accelerator_name.clone(),
                         rows: 0,
                         first_row: row.row,
                     });
-                    skipped.unmapped.len() - 1
-                });
-            skipped.unmapped[at].rows += 1;
-            continue;
+                    let at = self.skipped.unmapped.len() - 1;
+                    self.unmapped_at.insert(row.accelerator_name.clone(), at);
+                    at
+                }
+            };
+            self.skipped.unmapped[at].rows += 1;
+            return Ok(());
         };
-        let key = (
-            row.instance_type.as_str(),
-            row.accelerator_name.as_str(),
-            gpus,
-        );
-        let at = *group_at.entry(key).or_insert_with(|| {
-            groups.push(Group {
-                first: row,
-                gpu: gpu.to_string(),
-                gpus,
-                on_demand: None,
-                spot: None,
-            });
-            groups.len() - 1
-        });
-        let group = &mut groups[at];
-        // Strictly cheaper replaces: a tie keeps the first row.
-        if let Some(p) = row.price
-            && group.on_demand.and_then(|b| b.price).is_none_or(|b| p < b)
-        {
-            group.on_demand = Some(row);
-        }
-        if let Some(p) = row.spot_price
-            && group.spot.and_then(|b| b.spot_price).is_none_or(|b| p < b)
-        {
-            group.spot = Some(row);
-        }
-    }
-    let quote = |row: &OfferRow, column: &'static str, hourly: Decimal, hours: u64| {
-        let total_cents = cents_for_hours(hourly, hours).ok_or_else(|| OffersError::Overflow {
-            file: file.name().to_string(),
-            row: row.row,
-            column,
-            value: hourly.to_string(),
-            hours,
-        })?;
-        Ok::<_, OffersError>(OfferPrice {
+        // Looked up by borrowed strings first: a key is only built for a new instance type.
+        let key = (row.instance_type, row.accelerator_name, gpus);
+        let at = match self.group_at.get(&key) {
+            Some(&at) => at,
+            None => {
+                if self.groups.len() >= MAX_OFFER_GROUPS {
+                    return Err(self.too_many(row.row, "priced instance types"));
+                }
+                self.groups.push(Group {
+                    instance_type: key.0.clone(),
+                    accelerator_name: key.1.clone(),
+                    gpu: gpu.to_string(),
+                    gpus,
+                    vcpus: row.vcpus,
+                    memory_gib: row.memory_gib,
+                    on_demand: None,
+                    spot: None,
+                });
+                let at = self.groups.len() - 1;
+                self.group_at.insert(key, at);
+                at
+            }
+        };
+        let group = &mut self.groups[at];
+        let best = |hourly: Decimal| Best {
             hourly,
-            total_cents,
+            row: row.row,
             region: row.region.clone(),
             zone: row.zone.clone(),
-            row: row.row,
-        })
-    };
-    let mut offers = Vec::new();
-    for &d in days {
-        let hours = u64::from(d) * 24;
-        for g in &groups {
-            let on_demand = match g.on_demand {
-                Some(row) => Some(quote(row, "Price", row.price.unwrap_or_default(), hours)?),
-                None => None,
-            };
-            let spot = match g.spot {
-                Some(row) => Some(quote(
-                    row,
-                    "SpotPrice",
-                    row.spot_price.unwrap_or_default(),
-                    hours,
-                )?),
-                None => None,
-            };
-            offers.push(Offer {
-                instance_type: g.first.instance_type.clone(),
-                accelerator_name: g.first.accelerator_name.clone(),
-                gpu: g.gpu.clone(),
-                gpus: g.gpus,
-                vcpus: g.first.vcpus,
-                memory_gib: g.first.memory_gib,
-                days: d,
-                hours,
-                currency: file.currency().to_string(),
-                on_demand,
-                spot,
-                fit: None,
-                file: file.name().to_string(),
-                date: file.date().date.clone(),
-            });
+        };
+        // Strictly cheaper replaces: a tie keeps the first row.
+        if let Some(p) = row.price
+            && group.on_demand.as_ref().is_none_or(|b| p < b.hourly)
+        {
+            group.on_demand = Some(best(p));
         }
+        if let Some(p) = row.spot_price
+            && group.spot.as_ref().is_none_or(|b| p < b.hourly)
+        {
+            group.spot = Some(best(p));
+        }
+        Ok(())
     }
-    sort_offers(&mut offers);
-    Ok(OffersSection {
-        file: file.name().to_string(),
-        date: file.date().date.clone(),
-        date_source: file.date().source,
-        currency: file.currency().to_string(),
-        currency_source: file.currency_source(),
-        mapping: mapping.name().to_string(),
-        rows: file.rows().len() as u64,
-        price_rule: PRICE_RULE,
-        empty_cells: EMPTY_CELLS,
-        fit_rule: FIT_RULE,
-        skipped,
-        offers,
-    })
+
+    /// The section: every total checked (an overflow anywhere is an error, as if every offer were
+    /// listed), then for each duration the first `limit` offers by [`sort_offers`]' order, each
+    /// built only once chosen. `options`: the package table to take `fit` from (`None`: no fit).
+    fn finish(
+        self,
+        head: &Head,
+        days: &[u32],
+        options: Option<&[FitOption]>,
+        limit: Option<usize>,
+    ) -> Result<OffersSection, OffersError> {
+        let quote = |best: &Best, column: &'static str, hours: u64| {
+            let total_cents =
+                cents_for_hours(best.hourly, hours).ok_or_else(|| OffersError::Overflow {
+                    file: self.file.clone(),
+                    row: best.row,
+                    column,
+                    value: best.hourly.to_string(),
+                    hours,
+                })?;
+            Ok::<_, OffersError>(OfferPrice {
+                hourly: best.hourly,
+                total_cents,
+                region: best.region.clone(),
+                zone: best.zone.clone(),
+                row: best.row,
+            })
+        };
+        // In the order offers were priced before any was chosen: duration, then instance type
+        // in file order, on demand before spot.
+        for &d in days {
+            let hours = u64::from(d) * 24;
+            for g in &self.groups {
+                if let Some(b) = &g.on_demand {
+                    quote(b, "Price", hours)?;
+                }
+                if let Some(b) = &g.spot {
+                    quote(b, "SpotPrice", hours)?;
+                }
+            }
+        }
+        let mut by_gpu: HashMap<(&str, u64), &FitOption> = HashMap::new();
+        for o in options.unwrap_or_default() {
+            by_gpu.entry((o.gpu.as_str(), o.total_gpus)).or_insert(o);
+        }
+        let fits: Vec<Option<OfferFit>> = self
+            .groups
+            .iter()
+            .map(|g| {
+                by_gpu
+                    .get(&(g.gpu.as_str(), u64::from(g.gpus)))
+                    .map(|o| OfferFit {
+                        per_gpu_bytes: o.per_gpu_bytes,
+                        usable_bytes_per_gpu: o.usable_bytes_per_gpu,
+                        fits: o.fits,
+                        headroom_bytes: o.headroom_bytes,
+                        heads_divisible: o.heads_divisible,
+                    })
+            })
+            .collect();
+        let mut ordered_days = days.to_vec();
+        ordered_days.sort_unstable();
+        let mut offers = Vec::new();
+        for d in ordered_days {
+            let hours = u64::from(d) * 24;
+            let cents = |b: &Option<Best>| {
+                b.as_ref()
+                    .and_then(|b| cents_for_hours(b.hourly, hours))
+                    .unwrap_or(u64::MAX)
+            };
+            // sort_offers' key, with the file order of instance types last (its sort is stable).
+            let mut keys: Vec<(u8, u64, u64, usize)> = self
+                .groups
+                .iter()
+                .zip(&fits)
+                .enumerate()
+                .map(|(at, (g, fit))| {
+                    (
+                        fit_rank(fit.as_ref()),
+                        cents(&g.on_demand),
+                        cents(&g.spot),
+                        at,
+                    )
+                })
+                .collect();
+            let order = |a: &(u8, u64, u64, usize), b: &(u8, u64, u64, usize)| {
+                (a.0, a.1, a.2)
+                    .cmp(&(b.0, b.1, b.2))
+                    .then_with(|| {
+                        self.groups[a.3]
+                            .instance_type
+                            .cmp(&self.groups[b.3].instance_type)
+                    })
+                    .then(a.3.cmp(&b.3))
+            };
+            if let Some(k) = limit
+                && k < keys.len()
+            {
+                if k == 0 {
+                    keys.clear();
+                } else {
+                    keys.select_nth_unstable_by(k - 1, order);
+                    keys.truncate(k);
+                }
+            }
+            keys.sort_unstable_by(order);
+            for (_, _, _, at) in keys {
+                let g = &self.groups[at];
+                offers.push(Offer {
+                    instance_type: g.instance_type.clone(),
+                    accelerator_name: g.accelerator_name.clone(),
+                    gpu: g.gpu.clone(),
+                    gpus: g.gpus,
+                    vcpus: g.vcpus,
+                    memory_gib: g.memory_gib,
+                    days: d,
+                    hours,
+                    currency: head.currency.clone(),
+                    on_demand: g
+                        .on_demand
+                        .as_ref()
+                        .map(|b| quote(b, "Price", hours))
+                        .transpose()?,
+                    spot: g
+                        .spot
+                        .as_ref()
+                        .map(|b| quote(b, "SpotPrice", hours))
+                        .transpose()?,
+                    fit: fits[at].clone(),
+                    file: head.file.clone(),
+                    date: head.date.date.clone(),
+                });
+            }
+        }
+        if self.rows == 0 {
+            return Err(OffersError::NoRows { file: self.file });
+        }
+        Ok(OffersSection {
+            file: head.file.clone(),
+            date: head.date.date.clone(),
+            date_source: head.date.source,
+            currency: head.currency.clone(),
+            currency_source: currency_source(head.currency_from_column),
+            mapping: self.mapping.name().to_string(),
+            rows: self.rows,
+            price_rule: PRICE_RULE,
+            empty_cells: EMPTY_CELLS,
+            fit_rule: FIT_RULE,
+            skipped: self.skipped,
+            instance_types: self.groups.len() as u64,
+            limit,
+            offers,
+        })
+    }
+}
+
+/// Fitting first, unknown next, not fitting last.
+fn fit_rank(fit: Option<&OfferFit>) -> u8 {
+    match fit {
+        Some(f) if f.fits => 0,
+        None => 1,
+        Some(_) => 2,
+    }
 }
 
 /// By duration; fitting first, unknown next, not fitting last; then cheapest on demand, then
@@ -906,14 +1182,9 @@ pub fn price(
 fn sort_offers(offers: &mut [Offer]) {
     offers.sort_by(|a, b| {
         let key = |o: &Offer| {
-            let fit_rank = match &o.fit {
-                Some(f) if f.fits => 0u8,
-                None => 1,
-                Some(_) => 2,
-            };
             (
                 o.days,
-                fit_rank,
+                fit_rank(o.fit.as_ref()),
                 o.on_demand.as_ref().map_or(u64::MAX, |p| p.total_cents),
                 o.spot.as_ref().map_or(u64::MAX, |p| p.total_cents),
             )
@@ -957,6 +1228,105 @@ struct Parser {
     file: String,
 }
 
+/// What a whole file said besides its rows.
+struct Parsed {
+    /// Rows read (header excluded).
+    #[allow(dead_code)]
+    rows: u64,
+    /// The file's one currency, when it has the column.
+    currency: Option<String>,
+}
+
+/// Why [`Tracked`] stopped reading.
+#[derive(Debug, Clone, Copy)]
+enum Over {
+    /// Past [`MAX_OFFERS_BYTES`].
+    File,
+    /// One row past [`MAX_ROW_LINE_ENDS`].
+    Row,
+}
+
+/// The file's bytes on their way to the CSV reader, with the line ends not yet behind the
+/// current record, so that a record's row is the line an editor shows without keeping the file:
+/// the CSV reader's own line count drifts on CRLF files (a record seems to start at the LF of
+/// the line before) and before blank lines, as [`crate::rows::line_of`] says.
+struct Tracked<R> {
+    inner: R,
+    /// Bytes passed on.
+    read: u64,
+    /// Offsets of CR (false) and LF (true) bytes at or after the current record's start.
+    ends: std::collections::VecDeque<(u64, bool)>,
+    /// LFs before them.
+    behind: u64,
+    /// Nothing but ASCII blanks passed on so far.
+    only_blanks: bool,
+    over: Option<Over>,
+}
+
+impl<R: Read> Tracked<R> {
+    fn new(inner: R) -> Tracked<R> {
+        Tracked {
+            inner,
+            read: 0,
+            ends: std::collections::VecDeque::new(),
+            behind: 0,
+            only_blanks: true,
+            over: None,
+        }
+    }
+
+    /// The line (from 1) of the record the CSV reader says starts at `byte`: the line ends at
+    /// that offset are skipped, then the LFs before it counted. Records come in file order.
+    fn line_of(&mut self, byte: u64) -> u64 {
+        while let Some(&(at, lf)) = self.ends.front()
+            && at < byte
+        {
+            self.behind += u64::from(lf);
+            self.ends.pop_front();
+        }
+        let mut cursor = byte;
+        while let Some(&(at, lf)) = self.ends.front()
+            && at == cursor
+        {
+            self.behind += u64::from(lf);
+            self.ends.pop_front();
+            cursor += 1;
+        }
+        self.behind + 1
+    }
+
+    /// The line where the bytes passed on end.
+    fn line_at_head(&self) -> u64 {
+        self.behind + self.ends.iter().filter(|(_, lf)| *lf).count() as u64 + 1
+    }
+}
+
+impl<R: Read> Read for Tracked<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.over.is_some() {
+            return Err(std::io::Error::other("the offers file is past a limit"));
+        }
+        let n = self.inner.read(buf)?;
+        for (i, b) in buf[..n].iter().enumerate() {
+            match b {
+                b'\n' | b'\r' => self.ends.push_back((self.read + i as u64, *b == b'\n')),
+                b if b.is_ascii_whitespace() => {}
+                _ => self.only_blanks = false,
+            }
+        }
+        self.read += n as u64;
+        if self.read > MAX_OFFERS_BYTES {
+            self.over = Some(Over::File);
+        } else if self.ends.len() > MAX_ROW_LINE_ENDS {
+            self.over = Some(Over::Row);
+        }
+        if self.over.is_some() {
+            return Err(std::io::Error::other("the offers file is past a limit"));
+        }
+        Ok(n)
+    }
+}
+
 /// Column positions.
 struct Index {
     columns: HashMap<&'static str, usize>,
@@ -974,8 +1344,36 @@ impl Parser {
         }
     }
 
-    fn syntax_error(&self, content: &[u8], err: &csv::Error) -> OffersError {
-        let row = line_of(content, err.position());
+    /// A reader error as the file's fault: where the reader was, and what it met.
+    fn read_error<R: Read>(
+        &self,
+        reader: &mut csv::Reader<Tracked<R>>,
+        err: &csv::Error,
+    ) -> OffersError {
+        let tracked = reader.get_mut();
+        match tracked.over {
+            Some(Over::File) => {
+                return OffersError::TooLarge {
+                    file: self.file.clone(),
+                    size: format!("more than {MAX_OFFERS_BYTES} bytes"),
+                };
+            }
+            Some(Over::Row) => {
+                return OffersError::RowLines {
+                    file: self.file.clone(),
+                    row: tracked.line_at_head(),
+                    limit: MAX_ROW_LINE_ENDS,
+                };
+            }
+            None => {}
+        }
+        if let csv::ErrorKind::Io(reason) = err.kind() {
+            return OffersError::Read {
+                file: self.file.clone(),
+                reason: std::io::Error::new(reason.kind(), reason.to_string()),
+            };
+        }
+        let row = err.position().map_or(0, |p| tracked.line_of(p.byte()));
         let message = match err.kind() {
             csv::ErrorKind::Utf8 { .. } => {
                 "is not valid UTF-8 text; expected a UTF-8 CSV file".to_string()
@@ -989,30 +1387,76 @@ impl Parser {
         }
     }
 
-    fn parse(&self, content: &[u8]) -> Result<(Vec<OfferRow>, Option<String>), OffersError> {
+    /// Reads `reader` record by record (a UTF-8 byte order mark skipped), checks every row in
+    /// file order and hands each to `each`; nothing but the current record is held.
+    fn parse(
+        &self,
+        mut reader: impl Read,
+        mut each: impl FnMut(OfferRow) -> Result<(), OffersError>,
+    ) -> Result<Parsed, OffersError> {
+        // The byte order mark, if any, is not part of the text the reader counts offsets in.
+        let mut head = [0u8; 3];
+        let mut got = 0;
+        while got < head.len() {
+            match reader.read(&mut head[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(reason) => {
+                    return Err(OffersError::Read {
+                        file: self.file.clone(),
+                        reason,
+                    });
+                }
+            }
+        }
+        let skip = if head[..got] == *b"\xEF\xBB\xBF" {
+            3
+        } else {
+            0
+        };
+        let prefix = std::io::Cursor::new(head[skip..got].to_vec());
         let mut reader = csv::ReaderBuilder::new()
             .has_headers(false)
             .flexible(true)
             .trim(csv::Trim::All)
-            .from_reader(content);
-        let mut records = reader.records();
-        let header = match records.next() {
-            Some(Ok(h)) => h,
-            Some(Err(err)) => return Err(self.syntax_error(content, &err)),
-            None => {
+            .from_reader(Tracked::new(prefix.chain(reader)));
+        let mut header = csv::StringRecord::new();
+        match reader.read_record(&mut header) {
+            Ok(true) => {}
+            Ok(false) => {
                 return Err(OffersError::Empty {
                     file: self.file.clone(),
                 });
             }
+            Err(err) => return Err(self.read_error(&mut reader, &err)),
+        }
+        let index = match self.header_index(&header) {
+            Ok(index) => index,
+            Err(err) => {
+                // Blanks only (the reader sees a blank line as an empty header): an empty file.
+                if header.iter().all(str::is_empty) && self.only_blanks(&mut reader) {
+                    return Err(OffersError::Empty {
+                        file: self.file.clone(),
+                    });
+                }
+                return Err(err);
+            }
         };
-        let index = self.header_index(&header)?;
         let width = header.len();
-        let mut rows = Vec::new();
-        let mut lines = LineCounter::default();
+        let mut rows = 0u64;
         let mut first_currency: Option<(String, u64)> = None;
-        for record in records {
-            let record = record.map_err(|err| self.syntax_error(content, &err))?;
-            let row = lines.line_of(content, record.position());
+        let mut record = csv::StringRecord::new();
+        loop {
+            match reader.read_record(&mut record) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(err) => return Err(self.read_error(&mut reader, &err)),
+            }
+            let row = record
+                .position()
+                .map_or(0, |p| reader.get_mut().line_of(p.byte()));
+            rows += 1;
             if record.len() > width {
                 return Err(self.field_error(
                     row,
@@ -1141,7 +1585,7 @@ impl Parser {
                     Some(_) => {}
                 }
             }
-            rows.push(OfferRow {
+            each(OfferRow {
                 row,
                 instance_type: instance_type.to_string(),
                 accelerator_name: accelerator_name.to_string(),
@@ -1152,14 +1596,29 @@ impl Parser {
                 spot_price,
                 region: region.to_string(),
                 zone: zone.map(str::to_string),
-            });
+            })?;
         }
-        if rows.is_empty() {
+        if rows == 0 {
             return Err(OffersError::NoRows {
                 file: self.file.clone(),
             });
         }
-        Ok((rows, first_currency.map(|(c, _)| c)))
+        Ok(Parsed {
+            rows,
+            currency: first_currency.map(|(c, _)| c),
+        })
+    }
+
+    /// Reads the rest of the file: true when it holds nothing but ASCII blanks.
+    fn only_blanks<R: Read>(&self, reader: &mut csv::Reader<Tracked<R>>) -> bool {
+        let mut record = csv::StringRecord::new();
+        while let Ok(true) = reader.read_record(&mut record) {}
+        let tracked = reader.get_mut();
+        let mut rest = [0u8; 8192];
+        while let Ok(n) = tracked.read(&mut rest)
+            && n > 0
+        {}
+        tracked.over.is_none() && tracked.only_blanks
     }
 
     fn header_index(&self, header: &csv::StringRecord) -> Result<Index, OffersError> {
@@ -1716,5 +2175,184 @@ mod tests {
             err.to_string().starts_with("cannot read the offers file"),
             "{err}"
         );
+    }
+
+    /// A file of `types` instance types over `rows` rows, prices drawn from a few values so
+    /// that ties (in cents, and in hourly prices) are common, with empty cells, CPU rows and
+    /// unmapped accelerators between them.
+    fn generated(rows: usize, types: usize, seed: u64) -> String {
+        let mut state = seed | 1;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let gpus = [
+            ("H100", 8),
+            ("A100-80GB", 4),
+            ("L4", 1),
+            ("H200", 8),
+            ("K80", 2),
+        ];
+        let mut text = format!("{HEADER}\n");
+        for _ in 0..rows {
+            let t = next(types as u64);
+            let (name, count) = gpus[(t % gpus.len() as u64) as usize];
+            let price = |roll: u64| match roll {
+                0 => String::new(),
+                r => format!("{}.{:04}", r % 7, (r * 37) % 10_000),
+            };
+            if next(20) == 0 {
+                text.push_str(&format!("c{t}.large,,,2,8,0.1,,r{},\n", next(3)));
+                continue;
+            }
+            text.push_str(&format!(
+                "i{t}.x,{name},{count},8,64,{},{},r{},z{}\n",
+                price(next(9)),
+                price(next(9)),
+                next(5),
+                next(3)
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn read_lists_the_first_offers_of_each_duration_as_pricing_everything_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let catalogue = Catalogue::embedded();
+        let options = crate::fit::fit(
+            &catalogue,
+            &crate::fit::FitInputs {
+                model_bytes: 140_000_000_000,
+                reserve_bytes: 2 << 30,
+                max_gpus: 4,
+                days: None,
+                heads: None,
+            },
+        );
+        for (seed, rows, types) in [(1, 2_000, 300), (2, 500, 40), (3, 50, 5), (4, 3_000, 1_000)] {
+            let text = generated(rows, types, seed);
+            let path = dir.path().join("vms.csv");
+            std::fs::write(&path, &text).unwrap();
+            let mut full = price(&load(&text).unwrap(), &Mapping::embedded(), &[3, 7, 30]).unwrap();
+            attach_fit(&mut full, &options);
+            for limit in [None, Some(1), Some(3), Some(types / 2 + 1), Some(types * 2)] {
+                let read = read(&path, &Mapping::embedded(), &[30, 3, 7], &options, limit).unwrap();
+                let mut expected = Vec::new();
+                for d in [3, 7, 30] {
+                    expected.extend(
+                        full.offers
+                            .iter()
+                            .filter(|o| o.days == d)
+                            .take(limit.unwrap_or(usize::MAX))
+                            .map(|o| Offer {
+                                file: read.file.clone(),
+                                date: read.date.clone(),
+                                ..o.clone()
+                            }),
+                    );
+                }
+                assert_eq!(
+                    read.offers.len(),
+                    expected.len(),
+                    "seed {seed}, limit {limit:?}"
+                );
+                for (at, (got, want)) in read.offers.iter().zip(&expected).enumerate() {
+                    assert!(
+                        got == want,
+                        "seed {seed}, limit {limit:?}, offer {at}: {got:?} != {want:?}"
+                    );
+                }
+                assert_eq!(read.skipped, full.skipped);
+                assert_eq!(read.rows, full.rows);
+                assert_eq!(read.instance_types, full.offers.len() as u64 / 3);
+                assert_eq!(read.limit, limit);
+            }
+        }
+    }
+
+    #[test]
+    fn read_refuses_past_its_limits_with_the_limit_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("vms.csv");
+        let mapping = Mapping::embedded();
+        // One instance type more than the limit: refused at the row that goes past it.
+        let mut text = format!("{HEADER}\n");
+        for i in 0..=MAX_OFFER_GROUPS {
+            text.push_str(&format!("i{i},H100,8,1,2,1.5,,r,\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let err = read(&path, &mapping, &[7], &[], Some(10))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "row {}: more than 20000 distinct priced instance types",
+                MAX_OFFER_GROUPS + 2
+            )),
+            "{err}"
+        );
+        // At the limit: read.
+        let at_limit: String = text
+            .lines()
+            .take(MAX_OFFER_GROUPS + 1)
+            .map(|l| format!("{l}\n"))
+            .collect();
+        std::fs::write(&path, &at_limit).unwrap();
+        let section = read(&path, &mapping, &[7], &[], Some(10)).unwrap();
+        assert_eq!(section.instance_types, MAX_OFFER_GROUPS as u64);
+        assert_eq!(section.offers.len(), 10);
+        // Unmapped names are kept by name too.
+        let mut text = format!("{HEADER}\n");
+        for i in 0..=MAX_OFFER_GROUPS {
+            text.push_str(&format!("i,X{i},8,1,2,1.5,,r,\n"));
+        }
+        std::fs::write(&path, &text).unwrap();
+        let err = read(&path, &mapping, &[7], &[], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("accelerator names that the mapping does not name"),
+            "{err}"
+        );
+        // A quote left open: refused by its line ends, not read to the end of the file.
+        let text = format!(
+            "{HEADER}\np,H100,8,1,2,\"1.5{}\n",
+            "\n".repeat(MAX_ROW_LINE_ENDS + 10)
+        );
+        std::fs::write(&path, &text).unwrap();
+        let err = read(&path, &mapping, &[7], &[], None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("row 2") || err.contains("line ends"), "{err}");
+        assert!(err.contains("more than 1048576 line ends"), "{err}");
+        // Over the size limit: the file's size and the limit named.
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(MAX_OFFERS_BYTES + 1).unwrap();
+        let err = read(&path, &mapping, &[7], &[], None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "is {} bytes, larger than 67108864 bytes (64 MiB)",
+                MAX_OFFERS_BYTES + 1
+            )),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn rows_are_numbered_as_an_editor_shows_them_when_read_as_a_stream() {
+        // CRLF line ends, blank lines and a quoted cell over two lines before the fault.
+        let text = format!(
+            "\u{feff}{}\r\n\r\np,H100,8,1,2,1.5,,r,\"z\r\nz\"\r\n\r\n\r\nq,H100,8,1,2,n/a,,r,z\r\n",
+            HEADER
+        );
+        let err = message(&text);
+        assert!(err.contains("row 7, column `Price`"), "{err}");
+        let text = text.replace("\r\n", "\n");
+        assert!(message(&text).contains("row 7, column `Price`"));
     }
 }

@@ -132,7 +132,10 @@ pub struct Args {
     pub catalogue: Option<PathBuf>,
 
     /// A SkyPilot catalogue CSV (vms.csv of skypilot-org/skypilot-catalog): its hourly on-demand
-    /// and spot offers, priced for the package durations, after the packages.
+    /// and spot offers, priced for the package durations, after the packages. --limit caps the
+    /// offers of each duration too (the text lists 10 without it, --all every one; the JSON every
+    /// one unless --limit). Read row by row: a file of at most 64 MiB with at most 20,000
+    /// instance types.
     #[arg(long, value_name = "FILE")]
     pub offers: Option<PathBuf>,
 
@@ -692,8 +695,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         selection: shown,
         options: rows,
     };
-    // Offers are matched against the whole package table, whatever rows are shown.
-    let offers = crate::cmd::offers::section(args.offers.as_deref(), args.days, &all_rows)?;
+    // Offers are matched against the whole package table, whatever rows are shown; the same
+    // limit caps the offers of each duration.
+    let offers = crate::cmd::offers::section(args.offers.as_deref(), args.days, &all_rows, limit)?;
     if args.json {
         output::print_json(&crate::cmd::offers::WithOffers {
             document: &doc,

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use rent::catalogue::DURATIONS;
 use rent::fit::FitOption;
-use rent::offers::{Mapping, Offer, OfferPrice, OffersFile, OffersSection, attach_fit, price};
+use rent::offers::{Mapping, Offer, OfferPrice, OffersSection};
 use rent::price::cents_to_amount;
 use serde::Serialize;
 
@@ -23,22 +23,22 @@ pub struct WithOffers<'a, T: Serialize> {
 }
 
 /// The offers of `path` (when given) for `days` (or every package duration), with each offer's
-/// fit taken from the package table `options`.
+/// fit taken from the package table `options`: at most `limit` of each duration (the first by
+/// the offers' order), read row by row without keeping the rows (`rent::offers::read`).
 pub fn section(
     path: Option<&Path>,
     days: Option<u32>,
     options: &[FitOption],
+    limit: Option<usize>,
 ) -> anyhow::Result<Option<OffersSection>> {
     let Some(path) = path else {
         return Ok(None);
     };
-    let file = OffersFile::from_path(path)?;
     let durations: Vec<u32> = match days {
         Some(d) => vec![d],
         None => DURATIONS.to_vec(),
     };
-    let mut section = price(&file, &Mapping::embedded(), &durations)?;
-    attach_fit(&mut section, options);
+    let section = rent::offers::read(path, &Mapping::embedded(), &durations, options, limit)?;
     Ok(Some(section))
 }
 
@@ -149,6 +149,15 @@ pub fn render(section: Option<&OffersSection>) -> String {
         for row in &cells {
             out.push_str(&line(row));
         }
+    }
+    if let Some(limit) = s.limit
+        && (limit as u64) < s.instance_types
+    {
+        let _ = writeln!(
+            out,
+            "The first {limit} of {} instance types for each duration (--limit N; --all lists every one).",
+            s.instance_types
+        );
     }
     let _ = writeln!(out);
     let _ = writeln!(out, "Priced: {}.", s.price_rule);

@@ -40,6 +40,16 @@ fn big_grid(path: &Path, protocol_sha: &str, rows: usize) {
 }
 
 fn record(grid: &Path, protocol: &Path, measurement: &Path) -> std::process::Command {
+    record_as(grid, protocol, measurement, "r1", "b200:7:1")
+}
+
+fn record_as(
+    grid: &Path,
+    protocol: &Path,
+    measurement: &Path,
+    rental: &str,
+    package: &str,
+) -> std::process::Command {
     let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("iteragpu"));
     cmd.arg("record")
         .arg("--results")
@@ -50,9 +60,9 @@ fn record(grid: &Path, protocol: &Path, measurement: &Path) -> std::process::Com
         .arg(measurement)
         .args([
             "--rental",
-            "r1",
+            rental,
             "--package",
-            "b200:7:1",
+            package,
             "--submitted",
             "10",
         ])
@@ -219,4 +229,54 @@ fn kill_9_never_tears_a_row_nor_leaves_an_unusable_lock() {
     assert_eq!(unusable, 0, "unusable locks");
     assert_eq!(left_by_record, 0, "the next record did not clean up");
     assert_eq!(rows + 1, ledger::grid::read(&grid).unwrap().rows.len());
+}
+
+/// Issue 32 (scale): `record` into a 50,000-row grid appends one row after the last and checks
+/// the new row against every old one (the same measurement anywhere, the rental's package on its
+/// first row), without rewriting the grid: the old bytes are untouched and `cost`'s reader (the
+/// whole check) still accepts the grid. Its cost against a 100-row grid is
+/// `bench/record-scale.sh`'s, not a timed assertion.
+#[test]
+fn record_into_a_50000_row_grid_appends_and_still_checks_every_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let protocol = locked_protocol(dir.path());
+    let protocol_sha = ledger::protocol::load_locked(&protocol)
+        .unwrap()
+        .lock
+        .protocol_sha256;
+    let grid = dir.path().join("grid.csv");
+    big_grid(&grid, &protocol_sha, 50_000);
+    let before = std::fs::read(&grid).unwrap();
+    // The rows are rental `fill`, package b200:7:1, from line 2: another package is refused.
+    let m = write_measurement(dir.path(), 7, true);
+    let mut other = record_as(&grid, &protocol, &m, "fill", "b200:7:2");
+    other.stderr(std::process::Stdio::piped());
+    let out = other.output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("rental fill is package b200:7:1 (line 2)"),
+        "{said}"
+    );
+    assert_eq!(std::fs::read(&grid).unwrap(), before);
+    // Recorded after the last row, the old bytes as they were.
+    let out = record(&grid, &protocol, &m)
+        .arg("--json")
+        .stdout(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["line"], 50_002);
+    let after = std::fs::read(&grid).unwrap();
+    assert_eq!(after[..before.len()], before[..]);
+    assert_eq!(ledger::grid::read(&grid).unwrap().rows.len(), 50_001);
+    // The same measurement again, found on the last line.
+    let mut again = record(&grid, &protocol, &m);
+    again.stderr(std::process::Stdio::piped());
+    let out = again.output().unwrap();
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("line 50002"), "{said}");
+    assert_eq!(std::fs::read(&grid).unwrap(), after);
 }

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use assert_cmd::cargo::cargo_bin_cmd;
+use assert_cmd::prelude::*;
 use predicates::prelude::*;
 use serde_json::Value;
 
@@ -282,4 +283,125 @@ fn without_offers_the_json_has_a_null_offers_key_and_nothing_else_changes() {
     let out = fit(&["--json"]).success().get_output().stdout.clone();
     let text = String::from_utf8(out).unwrap();
     assert!(text.trim_end().ends_with("\"offers\": null\n}"), "{text}");
+}
+
+/// `iteragpu fit ARGS` under an address-space limit of `mib` MiB (`ulimit -v`, which counts
+/// every mapping, so it bounds the peak RSS too).
+fn fit_within(mib: u64, args: &[&str]) -> assert_cmd::assert::Assert {
+    let bin = assert_cmd::cargo::cargo_bin("iteragpu");
+    let mut all = vec!["fit", "--parameters", "70B", "--bits", "16", "--days", "7"];
+    all.extend_from_slice(args);
+    std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {} && exec \"$0\" \"$@\"", mib * 1024))
+        .arg(bin)
+        .args(&all)
+        .assert()
+}
+
+/// Issue 32, item 4: 10^6 rows (2,000 instance types over regions) are priced within 200 MiB of
+/// address space, and `--limit 10` lists the 10 cheapest of the duration, computed here from the
+/// generated cells. The reader held every row before (about 4 GB for such a file).
+#[test]
+fn a_million_rows_are_priced_in_bounded_memory_and_the_limit_keeps_the_cheapest() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vms.csv");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    writeln!(
+        out,
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone"
+    )
+    .unwrap();
+    let types = 2_000u64;
+    // Cheapest hourly price of each instance type, in hundredths.
+    let mut cheapest = vec![u64::MAX; types as usize];
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    for i in 0..1_000_000u64 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        let t = i % types;
+        let hundredths = 200 + state % 9_000;
+        cheapest[t as usize] = cheapest[t as usize].min(hundredths);
+        writeln!(
+            out,
+            "i{t}.xl,H100,8.0,192.0,2048.0,{}.{:02},,r{},z{}",
+            hundredths / 100,
+            hundredths % 100,
+            i % 31,
+            i % 3
+        )
+        .unwrap();
+    }
+    out.into_inner().unwrap().sync_all().unwrap();
+    let output = fit_within(
+        200,
+        &[
+            "--offers",
+            path.to_str().unwrap(),
+            "--limit",
+            "10",
+            "--json",
+        ],
+    )
+    .success()
+    .get_output()
+    .stdout
+    .clone();
+    let doc: Value = serde_json::from_slice(&output).unwrap();
+    let section = &doc["offers"];
+    assert_eq!(section["rows"], 1_000_000);
+    assert_eq!(section["instance_types"], types);
+    assert_eq!(section["limit"], 10);
+    // Every type is 8 H100 (the same fit): cheapest on demand first (168 hours, so distinct
+    // hundredths stay distinct cents), then the instance type's name.
+    let mut expected: Vec<(u64, String)> = cheapest
+        .iter()
+        .enumerate()
+        .map(|(t, h)| (*h, format!("i{t}.xl")))
+        .collect();
+    expected.sort();
+    let listed: Vec<(u64, String)> = section["offers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            (
+                o["on_demand"]["total_cents"].as_u64().unwrap() / 168,
+                o["instance_type"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, expected[..10].to_vec());
+}
+
+/// Issue 32, item 4: what would make the reader's memory grow with the file is refused with the
+/// limit named: a file over 64 MiB (with its size), and more than 20,000 instance types.
+#[test]
+fn files_past_the_reader_limits_are_refused_with_the_limit_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.csv");
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(64 * 1024 * 1024 + 1).unwrap();
+    fit_within(200, &["--offers", big.to_str().unwrap()])
+        .code(1)
+        .stderr(predicate::str::contains(format!(
+            "the offers file {} is 67108865 bytes, larger than 67108864 bytes (64 MiB), the largest accepted",
+            big.display()
+        )));
+    let mut text = String::from(
+        "InstanceType,AcceleratorName,AcceleratorCount,vCPUs,MemoryGiB,Price,SpotPrice,Region,AvailabilityZone\n",
+    );
+    for i in 0..30_000 {
+        text.push_str(&format!("i{i},H100,8.0,1.0,2.0,1.5,,r,\n"));
+    }
+    let many = dated(dir.path(), &text);
+    fit_within(200, &["--offers", many.to_str().unwrap(), "--limit", "10"])
+        .code(1)
+        .stderr(predicate::str::contains(format!(
+            "the offers file {}, row 20002: more than 20000 distinct priced instance types",
+            many.display()
+        )))
+        .stdout("");
 }
