@@ -119,11 +119,9 @@ impl std::fmt::Display for Ended {
         match self {
             Ended::Exited(c) => write!(f, "exit {c}"),
             Ended::Signalled(s) => write!(f, "signal {}", signal_name(*s)),
-            Ended::Deadline(d) => write!(
-                f,
-                "no end within its deadline of {}",
-                format_duration(*d)
-            ),
+            Ended::Deadline(d) => {
+                write!(f, "no end within its deadline of {}", format_duration(*d))
+            }
             Ended::Stopped(s) => write!(f, "an interruption ({})", signal_name(*s)),
         }
     }
@@ -376,8 +374,7 @@ mod supervisor {
             nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
         );
         let number = |i: usize| args.get(i).and_then(|a| a.to_str()?.parse::<u64>().ok());
-        let (Some(parent), Some(grace), Some(program)) = (number(0), number(2), args.get(3))
-        else {
+        let (Some(parent), Some(grace), Some(program)) = (number(0), number(2), args.get(3)) else {
             let _ = writeln!(report, "spawn {}", nix::libc::EINVAL);
             return 2;
         };
@@ -507,7 +504,10 @@ mod supervisor {
         let mut table = Vec::new();
         if let Ok(dir) = std::fs::read_dir("/proc") {
             for entry in dir.flatten() {
-                let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok())
+                let Some(pid) = entry
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.parse::<i32>().ok())
                 else {
                     continue;
                 };
@@ -573,15 +573,28 @@ mod tests {
     #[test]
     fn reports_are_read_and_anything_else_is_not() {
         assert_eq!(parse_report("exit 3\n").unwrap().unwrap(), Ended::Exited(3));
-        assert_eq!(parse_report("signal 9").unwrap().unwrap(), Ended::Signalled(9));
+        assert_eq!(
+            parse_report("signal 9").unwrap().unwrap(),
+            Ended::Signalled(9)
+        );
         assert_eq!(
             parse_report("deadline 1500").unwrap().unwrap(),
             Ended::Deadline(Duration::from_millis(1500))
         );
-        assert_eq!(parse_report("stopped 2").unwrap().unwrap(), Ended::Stopped(2));
+        assert_eq!(
+            parse_report("stopped 2").unwrap().unwrap(),
+            Ended::Stopped(2)
+        );
         let e = parse_report("spawn 2").unwrap().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
-        for bad in ["", "exit", "exit x", "deadline -1", "other 1", "exit 99999999999"] {
+        for bad in [
+            "",
+            "exit",
+            "exit x",
+            "deadline -1",
+            "other 1",
+            "exit 99999999999",
+        ] {
             assert!(parse_report(bad).is_none(), "{bad:?}");
         }
     }

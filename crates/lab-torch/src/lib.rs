@@ -246,10 +246,7 @@ pub fn run(
     match ended {
         Ended::Exited(2) => {
             return Err(TorchError::Refused(said(&kept).unwrap_or_else(|| {
-                format!(
-                    "the torch engine refused the options{}",
-                    tail(&kept)
-                )
+                format!("the torch engine refused the options{}", tail(&kept))
             })));
         }
         Ended::Exited(3) => {
@@ -356,15 +353,23 @@ mod tests {
 
     #[test]
     fn import_errors_are_told_from_other_last_lines() {
-        assert!(is_import_error("ModuleNotFoundError: No module named 'torch'"));
-        assert!(is_import_error("ImportError: libcudart.so.13: cannot open shared object file"));
+        assert!(is_import_error(
+            "ModuleNotFoundError: No module named 'torch'"
+        ));
+        assert!(is_import_error(
+            "ImportError: libcudart.so.13: cannot open shared object file"
+        ));
         assert!(!is_import_error("RuntimeError: CUDA error"));
         assert!(!is_import_error("  ImportError: in a traceback line"));
     }
 
     #[test]
     fn the_last_line_is_quoted_and_silence_is_said() {
-        let kept = ["Traceback".to_string(), "E: x \"y\"".to_string(), " ".to_string()];
+        let kept = [
+            "Traceback".to_string(),
+            "E: x \"y\"".to_string(),
+            " ".to_string(),
+        ];
         assert_eq!(tail(&kept), "; its last line on stderr: \"E: x \\\"y\\\"\"");
         assert_eq!(tail(&[]), "; it printed nothing on stderr");
     }

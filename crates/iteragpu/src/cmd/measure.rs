@@ -825,3 +825,55 @@ impl Progress for PhaseLines {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(device: &str, batch: usize, width: usize) -> Plan {
+        Plan::new(MeasureOptions {
+            device: device.to_string(),
+            batch,
+            context: 16,
+            width,
+            hidden: None,
+            dtype: DType::Float32,
+            warmup: 1,
+            repeats: 2,
+            seed: 0,
+            allow_tf32: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_default_timeout_is_the_allowance_plus_the_work_at_the_floor_rate() {
+        // 4 x 16 rows x 64 x 256 = 1048576 operations a pass, 5 passes.
+        let work = 5.0 * 1_048_576.0;
+        assert_eq!(
+            default_timeout(&plan("cuda:0", 1, 64)),
+            STARTUP_ALLOWANCE + Duration::from_secs_f64(work / GPU_FLOOR_FLOPS)
+        );
+        assert_eq!(
+            default_timeout(&plan("cpu", 1, 64)),
+            STARTUP_ALLOWANCE + Duration::from_secs_f64(work / CPU_FLOOR_FLOPS)
+        );
+        // A large run gets proportionally more: 8 x 16 rows x 8192 x 32768, 5 passes.
+        let big = default_timeout(&plan("cuda:0", 8, 8192));
+        let want = 5.0 * 4.0 * 128.0 * 8192.0 * 32768.0 / GPU_FLOOR_FLOPS;
+        assert!(
+            ((big - STARTUP_ALLOWANCE).as_secs_f64() - want).abs() < 1e-3,
+            "{big:?}"
+        );
+    }
+
+    #[test]
+    fn timeouts_parse_as_durations_above_zero() {
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_timeout("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["0s", "0", "", "10", "soon", "-1s", "1 fortnight"] {
+            assert!(parse_timeout(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -168,7 +168,10 @@ fn a_python_that_cannot_import_torch_is_refused_in_its_own_words() {
 #[test]
 fn a_python_that_ends_silently_on_stdout_is_a_failure_quoting_its_last_line() {
     let dir = tempfile::tempdir().unwrap();
-    let py = python(dir.path(), "echo 'Segmentation fault in libfoo' >&2\nexit 1");
+    let py = python(
+        dir.path(),
+        "echo 'Segmentation fault in libfoo' >&2\nexit 1",
+    );
     measure(dir.path(), &py, &[]).code(1).stderr(
         predicate::str::contains("ended with exit 1 and wrote no document")
             .and(predicate::str::contains(
@@ -189,10 +192,41 @@ fn a_timeout_that_is_no_duration_or_zero_is_refused_and_the_native_engine_has_no
     }
     iteragpu()
         .current_dir(dir.path())
-        .args(["measure", "--device", "cpu", "--timeout", "1m", "--output", "r.json"])
+        .args([
+            "measure",
+            "--device",
+            "cpu",
+            "--timeout",
+            "1m",
+            "--output",
+            "r.json",
+        ])
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
             "--timeout 1m: measure bounds only --engine torch's Python",
         ));
+}
+
+#[test]
+fn a_sweep_point_whose_python_hangs_fails_at_its_deadline_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = marker("sweep");
+    let py = python(dir.path(), &forking(&m, &dir.path().join("ready")));
+    iteragpu()
+        .current_dir(dir.path())
+        .args([
+            "sweep", "--engine", "torch", "--device", "cuda:0", "--width", "64,128",
+        ])
+        .arg("--python")
+        .arg(&py)
+        .args(["--timeout", "1s", "--output-dir", "sweep"])
+        .timeout(Duration::from_secs(60))
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(
+            "stopped at width 64: failed: the torch engine",
+        ))
+        .stderr(predicate::str::contains("did not finish within 1s"));
+    assert_eq!(left(&m), "", "processes left behind");
 }
