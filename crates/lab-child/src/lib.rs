@@ -349,11 +349,13 @@ mod supervisor {
     use std::os::fd::FromRawFd;
     use std::os::unix::process::CommandExt;
 
-    /// The signal that asked the supervisor to stop, 0 while none has.
+    /// The first signal that asked the supervisor to stop, 0 while none has (a Ctrl-C reaches
+    /// the supervisor directly and, forwarded by [`stop_all`] as SIGTERM, a moment later: the
+    /// first names the interruption).
     static STOP: AtomicI32 = AtomicI32::new(0);
 
     extern "C" fn on_signal(sig: nix::libc::c_int) {
-        STOP.store(sig, Ordering::SeqCst);
+        let _ = STOP.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
     }
 
     /// `args`: the parent's pid, the deadline in milliseconds or `none`, the grace in

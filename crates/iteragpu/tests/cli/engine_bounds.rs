@@ -230,3 +230,42 @@ fn a_sweep_point_whose_python_hangs_fails_at_its_deadline_and_leaves_nothing() {
         .stderr(predicate::str::contains("did not finish within 1s"));
     assert_eq!(left(&m), "", "processes left behind");
 }
+
+#[test]
+fn ctrl_c_ends_the_python_and_its_grandchild_with_a_sentence() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = marker("ctrlc");
+    let ready = dir.path().join("ready");
+    let py = python(dir.path(), &forking(&m, &ready));
+    // A terminal's Ctrl-C: SIGINT to the foreground process group, iteragpu's own here.
+    let mut cmd = std::process::Command::new(assert_cmd::cargo::cargo_bin("iteragpu"));
+    cmd.current_dir(dir.path())
+        .args(["measure", "--engine", "torch", "--device", "cuda:0"])
+        .arg("--python")
+        .arg(&py)
+        .args(["--output", "run.json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    let run = cmd.spawn().unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !ready.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(ready.exists(), "the grandchild never started");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", "--", &format!("-{}", run.id())])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = run.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("ended on an interruption (SIGINT), with every process it started"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(left(&m), "", "processes left behind");
+}
