@@ -85,14 +85,12 @@ pub enum TorchError {
     /// The run was interrupted (Ctrl-C, SIGTERM, SIGHUP); it and everything it started were
     /// ended.
     #[error(
-        "the torch engine ({python}) ended on {how}, with every process it started; nothing was \
-         written"
+        "the torch engine ({python}) was interrupted (Ctrl-C, SIGTERM or SIGHUP), so it and every \
+         process it started were ended; nothing was written"
     )]
     Interrupted {
         /// The interpreter.
         python: PathBuf,
-        /// The interruption, in words.
-        how: String,
     },
     /// The program ended without a document.
     #[error(
@@ -262,10 +260,9 @@ pub fn run(
             });
         }
         Ended::Stopped(_) => {
-            return Err(TorchError::Interrupted {
-                python,
-                how: ended.to_string(),
-            });
+            // Which of the signals came first is a race (a Ctrl-C reaches the supervisor and,
+            // forwarded, this process), so none is named.
+            return Err(TorchError::Interrupted { python });
         }
         Ended::Exited(0 | 1) if stdout.iter().all(u8::is_ascii_whitespace) => {
             // Nothing printed: Python ended before the program ran (it cannot import torch, or

@@ -263,7 +263,10 @@ fn ctrl_c_ends_the_python_and_its_grandchild_with_a_sentence() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("ended on an interruption (SIGINT), with every process it started"),
+        stderr.contains(
+            "was interrupted (Ctrl-C, SIGTERM or SIGHUP), so it and every process it started \
+             were ended"
+        ),
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
