@@ -17,6 +17,9 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // A copy of this binary supervises each process it starts (see lab_child): that copy serves
+    // and exits here, before any parsing.
+    lab_child::serve_if_asked();
     exit::set_json_errors(exit::json_requested(std::env::args_os()));
     let cli = match cli::Cli::try_parse() {
         Ok(cli) => cli,

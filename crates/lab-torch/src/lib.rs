@@ -9,18 +9,23 @@
 //! reads it back as a [`MeasurementDocument`] (so every reader of documents accepts it) and never
 //! writes a file itself: the caller does, as for the native engine.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+use std::time::Duration;
 
 use lab::measure::document::{MEASUREMENT_LIMIT, MeasurementDocument};
+use lab_child::{Bounds, Ended};
 
 /// The engine's Python program, the one copy.
 pub const PROGRAM: &str = include_str!("engine.py");
 
-/// The environment variable through which the program learns its parent's process id, so that it
-/// dies with the binary (a `measure` killed by its sweep never leaves torch running on the GPU).
-pub const PARENT_ENV: &str = "ITERAGPU_TORCH_ENGINE_PARENT";
+/// How long the search for a Python with torch waits for one `python3` to answer (it imports
+/// nothing, so a healthy one answers in well under a second).
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The longest stderr line kept for an error message, in bytes (the rest of a line is dropped).
+const LINE_LIMIT: usize = 2000;
 
 /// How the program's stderr lines that are meant for the user start.
 const PREFIX: &str = "iteragpu: torch engine: ";
@@ -51,6 +56,42 @@ pub enum TorchError {
     /// The pre-flight estimate exceeds what the GPU has free.
     #[error("{0}")]
     WouldNotFit(String),
+    /// The Python cannot import torch (or a package torch needs): refused, like a Python that
+    /// has none.
+    #[error(
+        "--python {python} cannot import PyTorch ({line}); install PyTorch for CUDA or ROCm into \
+         it, or give another --python; nothing was written"
+    )]
+    NoTorch {
+        /// The interpreter.
+        python: PathBuf,
+        /// Its last line on stderr.
+        line: String,
+    },
+    /// The program was still running at its deadline; it and everything it started were ended.
+    #[error(
+        "the torch engine ({python}) did not finish within {}, so it and every process it \
+         started were ended{detail}; give a longer --timeout if the run needs it; nothing was \
+         written", lab_child::format_duration(*.after)
+    )]
+    Deadline {
+        /// The interpreter.
+        python: PathBuf,
+        /// The deadline.
+        after: Duration,
+        /// Its last line on stderr.
+        detail: String,
+    },
+    /// The run was interrupted (Ctrl-C, SIGTERM, SIGHUP); it and everything it started were
+    /// ended.
+    #[error(
+        "the torch engine ({python}) was interrupted (Ctrl-C, SIGTERM or SIGHUP), so it and every \
+         process it started were ended; nothing was written"
+    )]
+    Interrupted {
+        /// The interpreter.
+        python: PathBuf,
+    },
     /// The program ended without a document.
     #[error(
         "the torch engine ({python}) ended with {status} and wrote no document{detail}; nothing \
@@ -61,7 +102,7 @@ pub enum TorchError {
         python: PathBuf,
         /// Its exit status, in words.
         status: String,
-        /// Its last lines on stderr.
+        /// Its last line on stderr.
         detail: String,
     },
     /// The program printed something that is not a measurement document.
@@ -98,18 +139,15 @@ pub fn find_python(explicit: Option<&Path>, path: Option<&str>) -> Result<PathBu
             continue;
         }
         seen.push(real);
-        let has_torch = Command::new(&candidate)
-            .args([
-                "-c",
-                "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)",
-            ])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-        match has_torch {
-            Ok(s) if s.success() => return Ok(candidate),
-            Ok(_) => searched.push(format!("{}: no torch", candidate.display())),
+        match has_torch(&candidate) {
+            Ok(Ended::Exited(0)) => return Ok(candidate),
+            Ok(Ended::Exited(_)) => searched.push(format!("{}: no torch", candidate.display())),
+            Ok(Ended::Deadline(d)) => searched.push(format!(
+                "{}: no answer within {}",
+                candidate.display(),
+                lab_child::format_duration(d)
+            )),
+            Ok(other) => searched.push(format!("{}: {other}", candidate.display())),
             Err(e) => searched.push(format!("{}: {e}", candidate.display())),
         }
     }
@@ -122,6 +160,20 @@ pub fn find_python(explicit: Option<&Path>, path: Option<&str>) -> Result<PathBu
     })
 }
 
+/// Whether `python` has a `torch` package, found without importing it, within
+/// [`PROBE_DEADLINE`].
+fn has_torch(python: &Path) -> std::io::Result<Ended> {
+    let mut cmd = lab_child::command(python, Bounds::within(PROBE_DEADLINE))?;
+    cmd.args([
+        "-c",
+        "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('torch') else 3)",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    lab_child::spawn(&mut cmd)?.wait()
+}
+
 /// What a finished program left: the document, and the notes it printed for the user.
 #[derive(Debug)]
 pub struct Finished {
@@ -132,103 +184,120 @@ pub struct Finished {
 }
 
 /// Runs the program with `python` and `args` (the program's options, `--output -` added here),
-/// with `env` set for it; its per-phase lines go to stderr when `progress`.
+/// with `env` set for it, under `bounds` (see [`lab_child`]: its own process group, ended with
+/// everything it started at the deadline, on Ctrl-C and when this process dies); its per-phase
+/// lines go to stderr when `progress`. The one way this crate starts the program.
 pub fn run(
     python: &Path,
     args: &[String],
     env: &[(String, String)],
     progress: bool,
+    bounds: Bounds,
 ) -> Result<Finished, TorchError> {
-    let mut child = Command::new(python)
-        .arg("-c")
+    let spawn_error = |source| TorchError::Spawn {
+        python: python.to_path_buf(),
+        source,
+    };
+    let mut cmd = lab_child::command(python, bounds).map_err(spawn_error)?;
+    cmd.arg("-c")
         .arg(PROGRAM)
         .args(args)
         .args(["--output", "-"])
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env(PARENT_ENV, std::process::id().to_string())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|source| TorchError::Spawn {
-            python: python.to_path_buf(),
-            source,
-        })?;
-    let stderr = child.stderr.take().expect("stderr is piped");
+        .stderr(Stdio::piped());
+    let mut child = lab_child::spawn(&mut cmd).map_err(spawn_error)?;
+    let stderr = child.stderr().expect("stderr is piped");
     let lines = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
+        let mut kept = std::collections::VecDeque::new();
+        lab_child::for_each_line(stderr, LINE_LIMIT, |line| {
             if line.starts_with("  ") && !line.trim().is_empty() {
                 if progress {
                     eprintln!("{line}");
                 }
             } else {
-                kept.push(line);
+                kept.push_back(line.to_string());
                 if kept.len() > 200 {
-                    kept.remove(0);
+                    kept.pop_front();
                 }
             }
-        }
-        kept
+        });
+        Vec::from(kept)
     });
     let mut stdout = Vec::new();
     let read = child
-        .stdout
-        .take()
+        .stdout()
         .expect("stdout is piped")
         .take(MEASUREMENT_LIMIT + 1)
         .read_to_end(&mut stdout);
-    let status = child.wait().map_err(|source| TorchError::Spawn {
-        python: python.to_path_buf(),
-        source,
-    })?;
+    let ended = child.wait().map_err(spawn_error);
     let kept = lines.join().unwrap_or_default();
+    let ended = ended?;
     let said = |kept: &[String]| -> Option<String> {
         kept.iter()
             .rev()
             .find_map(|l| l.strip_prefix(PREFIX))
             .map(str::to_string)
     };
-    match status.code() {
-        Some(2) => {
+    let python = python.to_path_buf();
+    match ended {
+        Ended::Exited(2) => {
             return Err(TorchError::Refused(said(&kept).unwrap_or_else(|| {
-                format!(
-                    "the torch engine refused the options: {}",
-                    tail(&kept).trim_start_matches("; ")
-                )
+                format!("the torch engine refused the options{}", tail(&kept))
             })));
         }
-        Some(3) => {
+        Ended::Exited(3) => {
             return Err(TorchError::WouldNotFit(
                 said(&kept).unwrap_or_else(|| "the run would not fit".to_string()),
             ));
         }
-        Some(0 | 1) => {}
-        _ => {
+        Ended::Deadline(after) => {
+            return Err(TorchError::Deadline {
+                python,
+                after,
+                detail: tail(&kept),
+            });
+        }
+        Ended::Stopped(_) => {
+            // Which of the signals came first is a race (a Ctrl-C reaches the supervisor and,
+            // forwarded, this process), so none is named.
+            return Err(TorchError::Interrupted { python });
+        }
+        Ended::Exited(0 | 1) if stdout.iter().all(u8::is_ascii_whitespace) => {
+            // Nothing printed: Python ended before the program ran (it cannot import torch, or
+            // cannot even read the program); its own last line says why.
+            if let Some(line) = last_line(&kept).filter(|l| is_import_error(l)) {
+                return Err(TorchError::NoTorch { python, line });
+            }
             return Err(TorchError::Failed {
-                python: python.to_path_buf(),
-                status: describe(status),
+                python,
+                status: ended.to_string(),
+                detail: tail(&kept),
+            });
+        }
+        Ended::Exited(0 | 1) => {}
+        Ended::Exited(_) | Ended::Signalled(_) => {
+            return Err(TorchError::Failed {
+                python,
+                status: ended.to_string(),
                 detail: tail(&kept),
             });
         }
     }
     if let Err(e) = read {
         return Err(TorchError::BadDocument {
-            python: python.to_path_buf(),
+            python,
             reason: format!("reading its output failed: {e}"),
         });
     }
     if stdout.len() as u64 > MEASUREMENT_LIMIT {
         return Err(TorchError::BadDocument {
-            python: python.to_path_buf(),
+            python,
             reason: format!("its output is over {MEASUREMENT_LIMIT} bytes"),
         });
     }
-    let document = parse(&stdout).map_err(|reason| TorchError::BadDocument {
-        python: python.to_path_buf(),
-        reason,
-    })?;
+    let document = parse(&stdout).map_err(|reason| TorchError::BadDocument { python, reason })?;
     let notes = kept
         .iter()
         .filter_map(|l| l.strip_prefix(PREFIX))
@@ -236,6 +305,11 @@ pub fn run(
         .map(str::to_string)
         .collect();
     Ok(Finished { document, notes })
+}
+
+/// Whether Python's last word is that a module cannot be imported (torch, or one it needs).
+fn is_import_error(line: &str) -> bool {
+    line.starts_with("ModuleNotFoundError:") || line.starts_with("ImportError:")
 }
 
 /// Reads the program's output as a measurement document of the torch engine.
@@ -247,35 +321,20 @@ pub fn parse(bytes: &[u8]) -> Result<MeasurementDocument, String> {
     }
 }
 
-fn describe(status: std::process::ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            return format!("signal {sig}");
-        }
-    }
-    match status.code() {
-        Some(c) => format!("exit {c}"),
-        None => "an unknown status".to_string(),
-    }
-}
-
-/// The last lines the program printed, for an error sentence.
-fn tail(kept: &[String]) -> String {
-    let last: Vec<&str> = kept
-        .iter()
+/// The program's last non-empty line on stderr, trimmed.
+fn last_line(kept: &[String]) -> Option<String> {
+    kept.iter()
         .rev()
         .map(|l| l.trim())
-        .filter(|l| !l.is_empty())
-        .take(3)
-        .collect();
-    if last.is_empty() {
-        String::new()
-    } else {
-        let mut last = last;
-        last.reverse();
-        format!(": {}", last.join(" / "))
+        .find(|l| !l.is_empty())
+        .map(str::to_string)
+}
+
+/// The program's last line on stderr, quoted for an error sentence (empty when it printed none).
+fn tail(kept: &[String]) -> String {
+    match last_line(kept) {
+        Some(line) => format!("; its last line on stderr: {line:?}"),
+        None => "; it printed nothing on stderr".to_string(),
     }
 }
 
@@ -290,13 +349,26 @@ mod tests {
     }
 
     #[test]
-    fn a_missing_interpreter_is_named() {
-        let e = run(Path::new("/nonexistent/python3"), &[], &[], false).unwrap_err();
-        assert!(
-            e.to_string()
-                .starts_with("--python /nonexistent/python3: cannot be run"),
-            "{e}"
-        );
+    fn import_errors_are_told_from_other_last_lines() {
+        assert!(is_import_error(
+            "ModuleNotFoundError: No module named 'torch'"
+        ));
+        assert!(is_import_error(
+            "ImportError: libcudart.so.13: cannot open shared object file"
+        ));
+        assert!(!is_import_error("RuntimeError: CUDA error"));
+        assert!(!is_import_error("  ImportError: in a traceback line"));
+    }
+
+    #[test]
+    fn the_last_line_is_quoted_and_silence_is_said() {
+        let kept = [
+            "Traceback".to_string(),
+            "E: x \"y\"".to_string(),
+            " ".to_string(),
+        ];
+        assert_eq!(tail(&kept), "; its last line on stderr: \"E: x \\\"y\\\"\"");
+        assert_eq!(tail(&[]), "; it printed nothing on stderr");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context;
 use lab::device::Device;
@@ -153,6 +153,63 @@ pub struct RunOptions {
     /// `cubin` (never the JIT), `ptx` (always the driver's JIT, to check that path).
     #[arg(long, default_value = "auto", value_parser = ["auto", "cubin", "ptx"], value_name = "FORM")]
     pub kernel_form: String,
+    /// How long a run in a process of its own may take: `measure --engine torch`'s Python, and
+    /// each point of a sweep. Past it, the process and every process it started are ended
+    /// (SIGTERM, 2 s, then SIGKILL; as on Ctrl-C and when iteragpu itself dies) and the run
+    /// fails, exit 1: 90s, 10m, 1h30m [default: 5 minutes to start, plus 1 second per 10^10
+    /// floating-point operations of the run's passes (warm-up, repeats, one cold and one check,
+    /// each 4 x batch x context x width x hidden), 10^8 per second on --device cpu; a sweep's
+    /// point has 1 minute more than its Python].
+    #[arg(long, value_parser = parse_timeout, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+}
+
+/// The time a run may take before the process running it is ended, when `--timeout` is not
+/// given: [`STARTUP_ALLOWANCE`] for Python, torch, the driver and the first BLAS handle, plus
+/// the run's floating-point work at a rate no device that can run it falls below
+/// ([`GPU_FLOOR_FLOPS`], [`CPU_FLOOR_FLOPS`]). It bounds a hang; it is no estimate of the
+/// run's time, which is far shorter.
+pub fn default_timeout(plan: &Plan) -> Duration {
+    let o = &plan.options;
+    let pass = 4.0 * plan.rows as f64 * o.width as f64 * plan.hidden as f64;
+    let passes = (o.warmup + o.repeats + 2) as f64;
+    let rate = if o.device == "cpu" {
+        CPU_FLOOR_FLOPS
+    } else {
+        GPU_FLOOR_FLOPS
+    };
+    // At most a year: a bound, never an overflow.
+    let work = (pass * passes / rate).min(365.0 * 86_400.0);
+    STARTUP_ALLOWANCE + Duration::from_secs_f64(work)
+}
+
+/// What [`default_timeout`] allows before any work: starting Python and importing torch on a
+/// cold file cache, creating the device context, loading the BLAS libraries.
+pub const STARTUP_ALLOWANCE: Duration = Duration::from_secs(300);
+
+/// Floating-point operations per second [`default_timeout`] assumes of a GPU (any GPU torch or
+/// iteragpu drives does a thousand times more).
+pub const GPU_FLOOR_FLOPS: f64 = 1e10;
+
+/// Floating-point operations per second [`default_timeout`] assumes of the CPU reference
+/// device (one slow core does ten times more).
+pub const CPU_FLOOR_FLOPS: f64 = 1e8;
+
+/// The time a sweep's point may take beyond its measurement's own deadline: the measure
+/// process starts, reports the timeout and writes its summary within it.
+pub const POINT_MARGIN: Duration = Duration::from_secs(60);
+
+/// `--timeout`: a humantime duration above zero.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    match humantime::parse_duration(text.trim()) {
+        Ok(d) if !d.is_zero() => Ok(d),
+        Ok(_) => Err(format!(
+            "`{text}` is no time to run: expected a duration above zero, such as 90s, 10m or 1h30m"
+        )),
+        Err(e) => Err(format!(
+            "`{text}` is not a duration ({e}): expected such as 90s, 10m or 1h30m"
+        )),
+    }
 }
 
 impl RunOptions {
@@ -195,6 +252,12 @@ impl RunOptions {
         }
         if let Some(p) = &self.python {
             a.extend(["--python".to_string(), p.display().to_string()]);
+        }
+        if let (Some(t), "torch") = (self.timeout, self.engine.as_str()) {
+            a.extend([
+                "--timeout".to_string(),
+                humantime::format_duration(t).to_string(),
+            ]);
         }
         a
     }
@@ -317,8 +380,6 @@ pub fn parse_max_memory(text: &str) -> Result<u64, String> {
 
 /// Runs `measure`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    // Started by `sweep`: end with it, never outlive it.
-    crate::child::die_with_parent().map_err(anyhow::Error::msg)?;
     let dtype: DType = args
         .run
         .dtype
@@ -358,6 +419,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         return Err(usage(
             "--python applies to --engine torch; the native engine runs no Python".to_string(),
         ));
+    }
+    if let Some(t) = args.run.timeout {
+        return Err(usage(format!(
+            "--timeout {}: measure bounds only --engine torch's Python; the native engine runs \
+             in this process (Ctrl-C ends it; a sweep bounds each point's process)",
+            humantime::format_duration(t)
+        )));
     }
     let tool = crate::cmd::environment::tool_info();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
@@ -502,18 +570,28 @@ fn measure_torch(args: &Args, plan: &Plan, output: &Path) -> anyhow::Result<Exit
     if let Some(c) = &tool.commit {
         program.extend(["--tool-commit".to_string(), c.clone()]);
     }
+    // Ctrl-C, SIGTERM and SIGHUP end the Python and everything it started (lab_child), and the
+    // run then fails with a sentence; a sweep's Ctrl-C reaches only the sweep.
+    let _ = ctrlc::set_handler(lab_child::stop_all);
     let path = std::env::var("PATH").ok();
     let python = lab_torch::find_python(run.python.as_deref(), path.as_deref())
         .map_err(|e| usage(e.to_string()))?;
-    let finished = lab_torch::run(&python, &program, &env, std::io::stderr().is_terminal())
-        .map_err(|e| match e {
-            lab_torch::TorchError::WouldNotFit(why) => anyhow::anyhow!("{WOULD_NOT_FIT}{why}"),
-            lab_torch::TorchError::Refused(why) => usage(why),
-            lab_torch::TorchError::NoPython { .. } | lab_torch::TorchError::Spawn { .. } => {
-                usage(e.to_string())
-            }
-            other => anyhow::Error::new(other),
-        })?;
+    let bounds = lab_child::Bounds::within(run.timeout.unwrap_or_else(|| default_timeout(plan)));
+    let finished = lab_torch::run(
+        &python,
+        &program,
+        &env,
+        std::io::stderr().is_terminal(),
+        bounds,
+    )
+    .map_err(|e| match e {
+        lab_torch::TorchError::WouldNotFit(why) => anyhow::anyhow!("{WOULD_NOT_FIT}{why}"),
+        lab_torch::TorchError::Refused(why) => usage(why),
+        lab_torch::TorchError::NoPython { .. }
+        | lab_torch::TorchError::Spawn { .. }
+        | lab_torch::TorchError::NoTorch { .. } => usage(e.to_string()),
+        other => anyhow::Error::new(other),
+    })?;
     for note in &finished.notes {
         output::warn(note);
     }
@@ -744,6 +822,58 @@ impl Progress for PhaseLines {
                 row.index,
                 row.wall_seconds * 1e3
             );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(device: &str, batch: usize, width: usize) -> Plan {
+        Plan::new(MeasureOptions {
+            device: device.to_string(),
+            batch,
+            context: 16,
+            width,
+            hidden: None,
+            dtype: DType::Float32,
+            warmup: 1,
+            repeats: 2,
+            seed: 0,
+            allow_tf32: false,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_default_timeout_is_the_allowance_plus_the_work_at_the_floor_rate() {
+        // 4 x 16 rows x 64 x 256 = 1048576 operations a pass, 5 passes.
+        let work = 5.0 * 1_048_576.0;
+        assert_eq!(
+            default_timeout(&plan("cuda:0", 1, 64)),
+            STARTUP_ALLOWANCE + Duration::from_secs_f64(work / GPU_FLOOR_FLOPS)
+        );
+        assert_eq!(
+            default_timeout(&plan("cpu", 1, 64)),
+            STARTUP_ALLOWANCE + Duration::from_secs_f64(work / CPU_FLOOR_FLOPS)
+        );
+        // A large run gets proportionally more: 8 x 16 rows x 8192 x 32768, 5 passes.
+        let big = default_timeout(&plan("cuda:0", 8, 8192));
+        let want = 5.0 * 4.0 * 128.0 * 8192.0 * 32768.0 / GPU_FLOOR_FLOPS;
+        assert!(
+            ((big - STARTUP_ALLOWANCE).as_secs_f64() - want).abs() < 1e-3,
+            "{big:?}"
+        );
+    }
+
+    #[test]
+    fn timeouts_parse_as_durations_above_zero() {
+        assert_eq!(parse_timeout("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_timeout("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["0s", "0", "", "10", "soon", "-1s", "1 fortnight"] {
+            assert!(parse_timeout(bad).is_err(), "{bad:?}");
         }
     }
 }

@@ -10,7 +10,7 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -191,6 +191,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut runner = ChildRunner {
         exe,
         args: &args,
+        dtype,
         bar: bar.clone(),
     };
     let dir = args.output_dir.clone();
@@ -431,8 +432,12 @@ fn claim_folder(dir: &Path) -> anyhow::Result<Claim> {
 struct ChildRunner<'a> {
     exe: PathBuf,
     args: &'a Args,
+    dtype: DType,
     bar: Option<ProgressBar>,
 }
+
+/// The most of a point's stderr kept for its failure's reason: its last lines, each bounded.
+const KEPT_LINES: usize = 50;
 
 impl PointRunner for ChildRunner<'_> {
     fn run(&mut self, point: &Point) -> Outcome {
@@ -441,7 +446,34 @@ impl PointRunner for ChildRunner<'_> {
         if let Some(bar) = &self.bar {
             bar.set_message(format!("measuring {} {}", point.dimension, point.value));
         }
-        let mut cmd = Command::new(&self.exe);
+        // Each point runs under a deadline: its measurement's own (`measure::default_timeout`,
+        // or --timeout) and a margin for the measure process itself.
+        let deadline = a.run.timeout.unwrap_or_else(|| {
+            Plan::new(MeasureOptions {
+                device: a.device.clone(),
+                batch: point.batch,
+                context: point.context,
+                width: point.width,
+                hidden: point.hidden,
+                dtype: self.dtype,
+                warmup: a.run.warmup,
+                repeats: a.run.repeats,
+                seed: a.run.seed,
+                allow_tf32: a.run.allow_tf32,
+            })
+            .map_or(measure::STARTUP_ALLOWANCE, |plan| {
+                measure::default_timeout(&plan)
+            })
+        }) + measure::POINT_MARGIN;
+        let mut cmd = match lab_child::command(&self.exe, lab_child::Bounds::within(deadline)) {
+            Ok(cmd) => cmd,
+            Err(e) => {
+                return Outcome::Failed {
+                    reason: format!("could not start {}: {e}", self.exe.display()),
+                    unusable: false,
+                };
+            }
+        };
         cmd.arg("measure")
             .args(["--device", &a.device])
             .args(["--batch", &point.batch.to_string()])
@@ -462,11 +494,22 @@ impl PointRunner for ChildRunner<'_> {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         // Its own process group: a Ctrl-C at the terminal reaches the sweep only, so the point
-        // in progress finishes and writes its document. If the sweep itself dies, the child
-        // dies with it (see `crate::child`).
-        #[cfg(unix)]
+        // in progress finishes and writes its document. If the sweep itself dies, the point's
+        // processes die with it (lab_child's supervisor).
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        let out = match cmd.output() {
+        let started = lab_child::spawn(&mut cmd).and_then(|mut child| {
+            let mut kept = std::collections::VecDeque::new();
+            if let Some(stderr) = child.stderr() {
+                lab_child::for_each_line(stderr, 2000, |line| {
+                    kept.push_back(line.to_string());
+                    if kept.len() > KEPT_LINES {
+                        kept.pop_front();
+                    }
+                });
+            }
+            Ok((child.wait()?, Vec::from(kept).join("\n")))
+        });
+        let (ended, stderr) = match started {
             Ok(out) => out,
             Err(e) => {
                 return Outcome::Failed {
@@ -475,7 +518,6 @@ impl PointRunner for ChildRunner<'_> {
                 };
             }
         };
-        let stderr = String::from_utf8_lossy(&out.stderr);
         let message = stderr
             .lines()
             .rev()
@@ -494,17 +536,28 @@ impl PointRunner for ChildRunner<'_> {
         if let Some(why) = message.strip_prefix(measure::WOULD_NOT_FIT) {
             return Outcome::WouldNotFit(why.to_string());
         }
-        let reason = match out.status.code() {
-            Some(_) if !message.is_empty() => message,
-            Some(code) => format!("the measurement exited with code {code} and no message"),
-            None => format!(
-                "the measurement process was killed ({}); the host may have run out of memory",
-                out.status
+        let reason = match ended {
+            lab_child::Ended::Exited(_) if !message.is_empty() => message,
+            lab_child::Ended::Exited(code) => {
+                format!("the measurement exited with code {code} and no message")
+            }
+            lab_child::Ended::Signalled(_) => format!(
+                "the measurement process was killed ({ended}); the host may have run out of memory"
+            ),
+            lab_child::Ended::Deadline(_) | lab_child::Ended::Stopped(_) => format!(
+                "the measurement process had {ended}, so it and every process it started were \
+                 ended (--timeout gives a point more time){}",
+                stderr
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .map(|l| format!("; its last line on stderr: {:?}", l.trim()))
+                    .unwrap_or_default()
             ),
         };
         Outcome::Failed {
             reason,
-            unusable: out.status.code() == Some(2),
+            unusable: ended.code() == Some(2),
         }
     }
 }
