@@ -711,7 +711,8 @@ fn the_judge_fails_on_another_torch_and_on_a_knob_left_set() {
     let unrecorded = judge(work.path());
     assert_eq!(unrecorded.status.code(), Some(1), "{}", text(&unrecorded));
     assert!(
-        text(&unrecorded).contains("FAILED c: torch knobs not recorded: TORCH_BLAS_PREFER_CUBLASLT"),
+        text(&unrecorded)
+            .contains("FAILED c: torch knobs not recorded: TORCH_BLAS_PREFER_CUBLASLT"),
         "{}",
         text(&unrecorded)
     );
@@ -834,7 +835,10 @@ fn the_judge_fails_on_workspaces_in_another_order_or_of_another_name() {
     let work = case_folder();
     edit(&work.path().join("c.json"), cuda_policy);
     edit(&work.path().join("c.torch.json"), |v| {
-        observe_named(v, &[("cuBLASLt workspace", MIB), ("cuBLAS workspace", 32 * MIB)])
+        observe_named(
+            v,
+            &[("cuBLASLt workspace", MIB), ("cuBLAS workspace", 32 * MIB)],
+        )
     });
     let swapped = judge(work.path());
     let printed = text(&swapped);
@@ -884,7 +888,10 @@ fn the_judge_fails_on_workspaces_in_another_order_or_of_another_name() {
         observe_named(
             v,
             &[
-                ("ambiguous: cuBLAS workspace or cuBLASLt workspace (both 33554432 bytes)", 32 * MIB),
+                (
+                    "ambiguous: cuBLAS workspace or cuBLASLt workspace (both 33554432 bytes)",
+                    32 * MIB,
+                ),
                 ("cuBLASLt workspace", MIB),
             ],
         )
@@ -1180,11 +1187,7 @@ impl StandIns {
         let write = |name: &str, body: String| {
             let path = dir.path().join(name);
             std::fs::write(&path, body).unwrap();
-            let ok = Command::new("chmod")
-                .arg("+x")
-                .arg(&path)
-                .status()
-                .unwrap();
+            let ok = Command::new("chmod").arg("+x").arg(&path).status().unwrap();
             assert!(ok.success());
         };
         write(
@@ -1306,10 +1309,20 @@ fn a_step_ignoring_sigterm_and_a_hanging_nvidia_smi_leave_every_finished_case() 
         log.contains("killed: no end within 5 s, nor 5 s after SIGTERM (SIGKILL)"),
         "{log}"
     );
-    assert!(log.contains("FAILED: measure f16-small (exit 137)"), "{log}");
-    assert!(log.contains("nvidia-smi: not run (it hung before)"), "{log}");
+    assert!(
+        log.contains("FAILED: measure f16-small (exit 137)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("nvidia-smi: not run (it hung before)"),
+        "{log}"
+    );
     let hung = stand_ins.hung();
-    assert_eq!(hung.len(), 2, "one nvidia-smi call and one step hung: {hung:?}");
+    assert_eq!(
+        hung.len(),
+        2,
+        "one nvidia-smi call and one step hung: {hung:?}"
+    );
     assert!(hung.iter().all(|(_, alive)| !alive), "{hung:?}");
 
     assert_eq!(
@@ -1324,7 +1337,10 @@ fn a_step_ignoring_sigterm_and_a_hanging_nvidia_smi_leave_every_finished_case() 
     let docs = packed(out_dir.path());
     for case in REHEARSED {
         for suffix in [".plan.json", ".free.json"] {
-            assert!(docs.contains(&format!("{case}{suffix}")), "{case}: {docs:?}");
+            assert!(
+                docs.contains(&format!("{case}{suffix}")),
+                "{case}: {docs:?}"
+            );
         }
         assert_eq!(
             docs.contains(&format!("{case}.json")),
@@ -1399,11 +1415,17 @@ fn a_kill_at_any_moment_leaves_the_judged_cases_so_far() {
     let docs = packed(out_dir.path());
     for case in &REHEARSED[..5] {
         for suffix in [".json", ".plan.json", ".free.json"] {
-            assert!(docs.contains(&format!("{case}{suffix}")), "{case}: {docs:?}");
+            assert!(
+                docs.contains(&format!("{case}{suffix}")),
+                "{case}: {docs:?}"
+            );
         }
     }
     assert!(docs.contains(&"torch-knobs.json".to_string()), "{docs:?}");
-    assert!(!docs.iter().any(|d| d.starts_with("f16-medium")), "{docs:?}");
+    assert!(
+        !docs.iter().any(|d| d.starts_with("f16-medium")),
+        "{docs:?}"
+    );
     let summary = std::fs::read_to_string(out_dir.path().join("summary.txt")).unwrap();
     assert!(
         summary.starts_with("PARTIAL: the judgement of the 5 case(s) run so far"),
@@ -1413,4 +1435,50 @@ fn a_kill_at_any_moment_leaves_the_judged_cases_so_far() {
         assert!(summary.contains(&format!("== {case}: ")), "{summary}");
     }
     assert!(summary.contains("verdict: all 5 case(s) SAME"), "{summary}");
+}
+
+/// gpu-check clears exactly the knobs the torch engine records (so the judge can hold every
+/// PyTorch document to all of them), and both lists hold the knobs of CUDA and ROCm torch 2.11 that
+/// change counters, workspaces, paths or float32 math.
+#[test]
+fn the_script_clears_the_knobs_the_engine_records() {
+    let script = std::fs::read_to_string(repo().join("scripts/gpu-check.sh")).unwrap();
+    let start = script.find("TORCH_KNOBS=(").unwrap() + "TORCH_KNOBS=(".len();
+    let end = start + script[start..].find(')').unwrap();
+    let mut cleared: Vec<&str> = script[start..end].split_whitespace().collect();
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import importlib.util, sys\n\
+             spec = importlib.util.spec_from_file_location('e', sys.argv[1])\n\
+             e = importlib.util.module_from_spec(spec); spec.loader.exec_module(e)\n\
+             print(' '.join(e.TORCH_KNOBS))",
+        ])
+        .arg(repo().join("crates/lab-torch/src/engine.py"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let recorded_text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut recorded: Vec<&str> = recorded_text.split_whitespace().collect();
+    cleared.sort_unstable();
+    recorded.sort_unstable();
+    assert_eq!(cleared, recorded);
+    for k in [
+        "PYTORCH_ALLOC_CONF",
+        "PYTORCH_CUDA_ALLOC_CONF",
+        "PYTORCH_HIP_ALLOC_CONF",
+        "DISABLE_ADDMM_CUDA_LT",
+        "CUBLAS_WORKSPACE_CONFIG",
+        "CUBLASLT_WORKSPACE_SIZE",
+        "TORCH_CUBLASLT_UNIFIED_WORKSPACE",
+        "TORCH_BLAS_PREFER_CUBLASLT",
+        "PYTORCH_TUNABLEOP_ENABLED",
+        "HIPBLASLT_WORKSPACE_SIZE",
+        "HIPBLAS_WORKSPACE_CONFIG",
+        "ROCBLAS_WORKSPACE_CONFIG",
+        "TORCH_BLAS_PREFER_HIPBLASLT",
+        "NVIDIA_TF32_OVERRIDE",
+    ] {
+        assert!(cleared.contains(&k), "{k} not cleared: {cleared:?}");
+    }
 }
