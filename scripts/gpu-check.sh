@@ -271,10 +271,10 @@ pack() {
     } >"$part" 2>&1
     mv -f "$part" "$DIR/summary.txt"
 }
-# Stopped by a signal (the call's limit): pack once more, into the log directly (tee may be gone).
+# Stopped by a signal (the call's limit; bash runs this once the step in progress has ended or
+# been killed): pack once more, and stop.
 on_signal() {
-    trap '' PIPE TERM INT HUP
-    exec >>"$DIR/gpu-check.log" 2>&1
+    trap '' TERM INT HUP
     echo
     echo "gpu-check: stopped by a signal after $((SECONDS - START)) s; packing what finished"
     pack
@@ -467,5 +467,9 @@ main() {
     return 1
 }
 
-main 2>&1 | tee "$DIR/gpu-check.log"
+# A SIGTERM (INT, HUP) to the whole run reaches main, which packs once more once the step in
+# progress has ended (on_signal); the log's tee ignores it so as to log that to the end, and this
+# shell waits for both before its EXIT trap removes $WORK.
+trap ':' TERM INT HUP
+main 2>&1 | (trap '' TERM INT HUP; exec tee "$DIR/gpu-check.log")
 exit "${PIPESTATUS[0]}"

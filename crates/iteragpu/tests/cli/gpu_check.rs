@@ -1194,7 +1194,7 @@ impl StandIns {
             "iteragpu",
             format!(
                 "#!/bin/bash\ncase \" $* \" in *\"/{hang_on} \"*) trap '' TERM; echo $$ >>'{}'; \
-                 sleep 300; exit 0;; esac\nexec '{}' \"$@\"\n",
+                 exec sleep 300;; esac\nexec '{}' \"$@\"\n",
                 pids.display(),
                 binary().display()
             ),
@@ -1204,7 +1204,7 @@ impl StandIns {
             write(
                 "bin/nvidia-smi",
                 format!(
-                    "#!/bin/bash\ntrap '' TERM\necho $$ >>'{}'\nsleep 300\n",
+                    "#!/bin/bash\ntrap '' TERM\necho $$ >>'{}'\nexec sleep 300\n",
                     pids.display()
                 ),
             );
@@ -1239,7 +1239,10 @@ impl StandIns {
             .unwrap_or_default()
             .lines()
             .map(|pid| {
-                let alive = Path::new(&format!("/proc/{pid}")).exists();
+                // Running, or a zombie not yet reaped (killed: the state after the name is Z).
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+                let alive = matches!(state, Some(c) if c != 'Z' && c != 'X');
                 (pid.to_string(), alive)
             })
             .collect()
@@ -1360,22 +1363,21 @@ fn a_step_ignoring_sigterm_and_a_hanging_nvidia_smi_leave_every_finished_case() 
     );
 }
 
-/// Killed at any moment (SIGKILL to the whole run, as at the call's limit, here while a step
-/// hangs): OUTPUT_DIR still holds every document of the cases that finished and their judgement,
-/// marked partial.
-#[test]
-fn a_kill_at_any_moment_leaves_the_judged_cases_so_far() {
+/// Starts a rehearsal whose f16-medium step hangs ignoring SIGTERM, in a process group of its
+/// own, and returns once that step hangs.
+fn start_until_hung(stand_ins: &StandIns, out: &Path, step_s: Option<&str>) -> std::process::Child {
     use std::os::unix::process::CommandExt;
-    let stand_ins = StandIns::new("f16-medium.json", false);
-    let out_dir = tempfile::tempdir().unwrap();
-    let mut child = stand_ins
-        .command(out_dir.path())
+    let mut cmd = stand_ins.command(out);
+    if let Some(s) = step_s {
+        cmd.env("GPU_CHECK_STEP_S", s);
+    }
+    let child = cmd
         .process_group(0)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let log_path = out_dir.path().join("gpu-check.log");
+    let log_path = out.join("gpu-check.log");
     let started = std::time::Instant::now();
     loop {
         let log = std::fs::read_to_string(&log_path).unwrap_or_default();
@@ -1388,6 +1390,17 @@ fn a_kill_at_any_moment_leaves_the_judged_cases_so_far() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+    child
+}
+
+/// Killed at any moment (SIGKILL to the whole run, as at the call's limit, here while a step
+/// hangs): OUTPUT_DIR still holds every document of the cases that finished and their judgement,
+/// marked partial.
+#[test]
+fn a_kill_at_any_moment_leaves_the_judged_cases_so_far() {
+    let stand_ins = StandIns::new("f16-medium.json", false);
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut child = start_until_hung(&stand_ins, out_dir.path(), None);
     let group = format!("-{}", child.id());
     let killed = Command::new("kill")
         .args(["-KILL", "--", &group])
@@ -1481,4 +1494,56 @@ fn the_script_clears_the_knobs_the_engine_records() {
     ] {
         assert!(cleared.contains(&k), "{k} not cleared: {cleared:?}");
     }
+}
+
+/// A SIGTERM to the whole run while a step hangs ignoring it: the step is killed at its bound
+/// (SIGKILL 5 s after SIGTERM), then the run packs once more, the hung case judged as failed,
+/// and stops with 143.
+#[test]
+fn a_sigterm_packs_once_more_after_the_step_in_progress() {
+    let stand_ins = StandIns::new("f16-medium.json", false);
+    let out_dir = tempfile::tempdir().unwrap();
+    let mut child = start_until_hung(&stand_ins, out_dir.path(), Some("5"));
+    let group = format!("-{}", child.id());
+    let sent = Command::new("kill")
+        .args(["-TERM", "--", &group])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = child.wait().unwrap();
+    let log = std::fs::read_to_string(out_dir.path().join("gpu-check.log")).unwrap();
+    assert_eq!(status.code(), Some(143), "{log}");
+    assert!(
+        log.contains("gpu-check: stopped by a signal after"),
+        "{log}"
+    );
+    let hung = stand_ins.hung();
+    assert_eq!(hung.len(), 1, "{hung:?}");
+    assert!(hung.iter().all(|(_, alive)| !alive), "{hung:?}");
+    let summary = std::fs::read_to_string(out_dir.path().join("summary.txt")).unwrap();
+    assert!(
+        summary.starts_with("PARTIAL: the judgement of the 6 case(s) run so far"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("FAILED f16-medium: iteragpu's document missing"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("verdict: 1 of 6 case(s) FAILED"),
+        "{summary}"
+    );
+    let docs = packed(out_dir.path());
+    for case in &REHEARSED[..5] {
+        assert!(docs.contains(&format!("{case}.json")), "{case}: {docs:?}");
+    }
+    assert_eq!(
+        files_in(out_dir.path()),
+        [
+            "gpu-check-json.tar.gz",
+            "gpu-check.log",
+            "nvidia-smi.txt",
+            "summary.txt"
+        ]
+    );
 }
