@@ -24,14 +24,18 @@ binary. It mirrors crates/lab/src/measure/runner.rs step for step:
 - The memory policy is OBSERVED, not computed: right after the cold pass the caching allocator's
   snapshot (the allocation order from a memory history recorded during that pass only) is read,
   and every live block that is not a tensor of the model (the four parameters and the input) is a
-  workspace: in torch 2.11 the cuBLAS workspace (32 MiB on compute capability 9.0) then, on the
-  cuBLASLt path, the 1 MiB cuBLASLt one. `engine.observed_workspaces` lists them;
+  workspace, named by its size for this backend (workspace_sizes): in torch 2.11 on CUDA the
+  cuBLAS workspace (32 MiB on compute capability 9.0) then, on the cuBLASLt path, the 1 MiB
+  cuBLASLt one; on ROCm the hipBLAS (32 MiB, 128 MiB on gfx94x/gfx95x) and hipBLASLt (76 MiB)
+  ones, each only when its handle is used. `engine.observed_workspaces` lists them;
   `engine.computed_policy` is what torch 2.11's rules (CublasHandlePool.cpp) give, for reading
   only.
 - `engine.blas_libraries`: the BLAS files this process mapped after the first product
   (/proc/self/maps: libcublas*, libcublasLt*, libhipblas*, librocblas*, libhipblaslt*).
-  `engine.allocator_knobs`: every environment variable that changes torch's counters, workspaces
-  or path (TORCH_KNOBS), as this process ran with it.
+  `engine.allocator_knobs`: every environment variable that changes torch's counters, workspaces,
+  path or float32 math (TORCH_KNOBS), as this process ran with it. `engine.matmul`: the matmul
+  settings read back from torch after the run (`allow_tf32`, the float32 matmul precision, the
+  preferred BLAS library); `configuration.math_mode` says what they mean.
 - `check`: the output against a float64 CPU recomputation of this run's own weights and inputs,
   on the rows iteragpu samples, with iteragpu's bound for the dtype.
 
@@ -61,13 +65,24 @@ SCHEMA = "iteragpu.measurement/1"
 ENVIRONMENT_SCHEMA = "iteragpu.environment/1"
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-# The environment variables torch 2.11 (or a later torch) reads that change its allocator
-# counters, its workspaces or its path through addmm.
+# The environment variables that change torch's allocator counters, its workspaces, its path
+# through addmm, or the math its products run (torch 2.11's libc10/libc10_cuda/libtorch_cpu/
+# libtorch_cuda strings, its ROCm build's CublasHandlePool.cpp and Context.cpp, and cuBLAS 13's
+# own variables): cleared by gpu-check for every tool, and recorded as found in every document.
 TORCH_KNOBS = (
+    # the caching allocator
     "PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF",
-    "DISABLE_ADDMM_CUDA_LT", "DISABLE_ADDMM_HIP_LT", "PYTORCH_NO_CUDA_MEMORY_CACHING",
-    "PYTORCH_NO_HIP_MEMORY_CACHING", "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE",
-    "HIPBLASLT_WORKSPACE_SIZE", "TORCH_CUBLASLT_UNIFIED_WORKSPACE", "TORCH_CUBLAS_WORKSPACE_CACHE",
+    "PYTORCH_NO_CUDA_MEMORY_CACHING", "PYTORCH_NO_HIP_MEMORY_CACHING",
+    # the BLAS workspaces (CUDA, then ROCm: hipBLAS, rocBLAS, hipBLASLt)
+    "CUBLAS_WORKSPACE_CONFIG", "CUBLASLT_WORKSPACE_SIZE", "TORCH_CUBLASLT_UNIFIED_WORKSPACE",
+    "TORCH_CUBLAS_WORKSPACE_CACHE", "HIPBLAS_WORKSPACE_CONFIG", "ROCBLAS_WORKSPACE_CONFIG",
+    "HIPBLASLT_WORKSPACE_SIZE",
+    # the path of a product: addmm off the Lt path, plain products onto it, tuned kernels
+    "DISABLE_ADDMM_CUDA_LT", "DISABLE_ADDMM_HIP_LT", "TORCH_BLAS_PREFER_CUBLASLT",
+    "TORCH_BLAS_PREFER_HIPBLASLT", "PYTORCH_TUNABLEOP_ENABLED",
+    # the math a float32 product runs (TF32 forced on or off, emulation)
+    "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE", "NVIDIA_TF32_OVERRIDE", "HIPBLASLT_ALLOW_TF32",
+    "CUBLAS_EMULATE_SINGLE_PRECISION", "CUBLAS_EMULATION_STRATEGY",
 )
 BLAS_FILES = ("libcublas*.so*", "libhipblas*.so*", "librocblas*.so*")
 # The torch whose allocator and workspace rules iteragpu mirrors.
@@ -130,6 +145,40 @@ def math_mode(dtype, allow_tf32):
             return "float32 products may use TF32 (--allow-tf32)"
         return "float32 products in strict float32 (no TF32)"
     return f"{dtype} storage, float32 accumulation"
+
+
+def matmul_settings(torch):
+    """The matmul settings the products ran with, read back from torch after the run (not the
+    options asked for): `allow_tf32` is torch.backends.cuda.matmul.allow_tf32, which cuBLAS's
+    math mode and cuBLASLt's compute type follow (CUBLAS_COMPUTE_32F_FAST_TF32 when true)."""
+    def read(get):
+        try:
+            return get()
+        except Exception as e:  # an older or newer torch without one of these
+            return f"unreadable: {type(e).__name__}: {e}"
+
+    m = torch.backends.cuda.matmul
+    allow = read(lambda: bool(m.allow_tf32))
+    return {
+        "allow_tf32": allow,
+        "float32_matmul_precision": read(torch.get_float32_matmul_precision),
+        "fp32_precision": read(lambda: m.fp32_precision),
+        "allow_fp16_reduced_precision_reduction": read(lambda: m.allow_fp16_reduced_precision_reduction),
+        "allow_bf16_reduced_precision_reduction": read(lambda: m.allow_bf16_reduced_precision_reduction),
+        "preferred_blas_library": read(lambda: str(torch.backends.cuda.preferred_blas_library())),
+        "float32_math": "tf32" if allow is True else ("ieee" if allow is False else "unknown"),
+    }
+
+
+def math_mode_ran(dtype, settings):
+    """math_mode as lab::device::gpu_math_mode words it, from what torch ran with."""
+    if dtype != "float32":
+        return math_mode(dtype, False)
+    if settings["allow_tf32"] is True:
+        return math_mode(dtype, True)
+    if settings["allow_tf32"] is False:
+        return math_mode(dtype, False)
+    return f"float32 products, TF32 unknown ({settings['allow_tf32']})"
 
 
 def sample_rows(rows, width, hidden):
@@ -212,10 +261,75 @@ def stop_history(torch, device, started):
             pass
 
 
-def observe_workspaces(torch, index, tensors, history):
+def workspace_config(value):
+    """parseChosenWorkspaceSize's reading of `:SIZE:COUNT` pairs (KiB); None when none parse."""
+    pairs = re.findall(r":([0-9]+):([0-9]+)", value or "")
+    return sum(int(size) * 1024 * int(count) for size, count in pairs) if pairs else None
+
+
+def env_kib(*names):
+    """parseCUDABlasLtWorkspaceSize: the first of `names` that is set, in KiB, as bytes; None
+    when none is set or it does not parse (torch warns and keeps its default)."""
+    for name in names:
+        value = os.environ.get(name)
+        if value is not None:
+            try:
+                return int(value) * 1024
+            except ValueError:
+                return None
+    return None
+
+
+def workspace_sizes(hip, major, minor, arch):
+    """What each BLAS workspace torch allocates through its caching allocator measures, per
+    backend (torch 2.11's CublasHandlePool.cpp, CUDA and ROCm), in this environment: a list of
+    (role, bytes). The blocks observed after the cold pass are named by these sizes, not by their
+    position: on ROCm the hipBLASLt block is allocated without a hipBLAS one (its handles are
+    separate), so a position would call it the cuBLAS workspace."""
+    if hip:
+        chosen = workspace_config(os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+                                  or os.environ.get("HIPBLAS_WORKSPACE_CONFIG")
+                                  or os.environ.get("ROCBLAS_WORKSPACE_CONFIG"))
+        if chosen is None:
+            gfx94_95 = (arch or "").startswith(("gfx94", "gfx95"))
+            chosen = (128 if gfx94_95 else 32) * 1024 * 1024
+        lt = env_kib("CUBLASLT_WORKSPACE_SIZE", "HIPBLASLT_WORKSPACE_SIZE")
+        return [("hipBLAS workspace", chosen),
+                ("hipBLASLt workspace", 76 * 1024 * 1024 if lt is None else lt)]
+    chosen = workspace_config(os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    if chosen is None:
+        chosen = 4096 * 8 * 1024 if (major, minor) == (9, 0) else 4096 * 1024 * 2 + 16 * 1024 * 8
+    lt = env_kib("CUBLASLT_WORKSPACE_SIZE")
+    lt = 1024 * 1024 if lt is None else lt
+    unified = check_env(os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE"))
+    if unified is not False:  # getCUDABlasLtWorkspaceSize: unset or "1" caps it
+        lt = min(lt, chosen)
+    roles = [("cuBLAS workspace", chosen)]
+    if unified is not True:  # getCUDABlasLtWorkspace: only "1" shares the cuBLAS block
+        roles.append(("cuBLASLt workspace", lt))
+    return roles
+
+
+def name_workspaces(blocks, sizes):
+    """Names each block by the workspace whose size it has (`sizes`: workspace_sizes); a size
+    that fits none, or more than one, is named so, never guessed."""
+    for b in blocks:
+        size = b["requested_size"]
+        fits = [role for role, n in sizes if n == size]
+        if len(fits) == 1:
+            b["role"] = fits[0]
+        elif fits:
+            b["role"] = f"ambiguous: {' or '.join(fits)} (both {size} bytes)"
+        else:
+            b["role"] = (f"unknown: {size} bytes is no BLAS workspace of this torch ("
+                         + ", ".join(f"{role} {n}" for role, n in sizes) + ")")
+    return blocks
+
+
+def observe_workspaces(torch, index, tensors, history, sizes):
     """The allocator's live blocks that are not the model's tensors, after the cold pass: the
-    workspaces torch allocated on its first products. Returns (blocks in allocation order, how
-    the order was found)."""
+    workspaces torch allocated on its first products, each named by its size for this backend
+    (`sizes`: workspace_sizes). Returns (blocks in allocation order, how the order was found)."""
     try:
         snap = torch.cuda.memory._snapshot()
         segments = snap.get("segments") or []
@@ -254,12 +368,10 @@ def observe_workspaces(torch, index, tensors, history):
         blocks.sort(key=lambda b: b["order"])
         how = "in allocation order (memory history of the cold pass)"
     else:
-        blocks.sort(key=lambda b: -(b["requested_size"] or 0))
-        how = "by size (no allocation order was recorded)"
-    roles = ("cuBLAS workspace", "cuBLASLt workspace")
-    for i, b in enumerate(blocks):
-        b["role"] = roles[i] if i < len(roles) else "unknown"
-    return blocks, how
+        blocks.sort(key=lambda b: b["address"])
+        how = "by address: NO allocation order was recorded"
+    how += "; named by size (" + ", ".join(f"{role} {n}" for role, n in sizes) + " bytes here)"
+    return name_workspaces(blocks, sizes), how
 
 
 def loaded_blas():
@@ -318,13 +430,16 @@ def allocator_text():
 
 def memory_policy(torch_version, observed, how, error):
     """`configuration.memory_policy` as iteragpu's documents hold it, from what was observed."""
-    sizes = [b["requested_size"] for b in observed or []]
+    def named(*roles):
+        return sum(b["requested_size"] for b in observed or [] if b.get("role") in roles)
+
     unified = os.environ.get("TORCH_CUBLASLT_UNIFIED_WORKSPACE")
     return {
         "allocator": allocator_text(),
         "mirrors": f"torch {torch_version} itself (observed)",
-        "cublas_workspace_bytes": sizes[0] if sizes else 0,
-        "cublaslt_workspace_bytes": sizes[1] if len(sizes) > 1 else 0,
+        # By what each block was allocated for (hipBLAS and hipBLASLt on ROCm), never by position.
+        "cublas_workspace_bytes": named("cuBLAS workspace", "hipBLAS workspace"),
+        "cublaslt_workspace_bytes": named("cuBLASLt workspace", "hipBLASLt workspace"),
         # A shared (unified) Lt workspace is no block of its own: taken from the variable.
         "cublaslt_workspace_unified": check_env(unified) is True,
         "workspaces_from": ("observed: the allocator's live blocks after the cold pass that are not "
@@ -570,7 +685,11 @@ def main(argv):
                 if not cpu:
                     try:
                         tensors = list(state["model"].parameters()) + [state["x"]]
-                        observed, observed_how = observe_workspaces(torch, device_index, tensors, history)
+                        props = torch.cuda.get_device_properties(device)
+                        sizes = workspace_sizes(hip, props.major, props.minor,
+                                                getattr(props, "gcnArchName", None))
+                        observed, observed_how = observe_workspaces(torch, device_index, tensors,
+                                                                    history, sizes)
                         observed_error = None
                     except Exception as e:  # never lose the run to the observation
                         observed_error = f"reading the allocator's snapshot failed: {type(e).__name__}: {e}"
@@ -656,6 +775,7 @@ def main(argv):
     ]
     parameter_count = sum(layer["parameters"] for layer in layers)
     build = torch_build(torch)
+    matmul = matmul_settings(torch)
     doc = {
         "schema": SCHEMA,
         "tool": tool,
@@ -686,6 +806,7 @@ def main(argv):
             "program_version": ENGINE_VERSION,
             "blas_libraries": libraries["files"],
             "allocator_knobs": {k: os.environ.get(k) for k in TORCH_KNOBS},
+            "matmul": matmul,
             "mirrored_torch": MIRRORED_TORCH,
             "counters": ("unavailable: torch's CPU device has no caching allocator (--test-only-cpu, "
                          "never a product path)") if cpu else "torch.cuda.memory_stats",
@@ -705,7 +826,7 @@ def main(argv):
             "repeats": a.repeats,
             "seed": a.seed,
             "allow_tf32": a.allow_tf32,
-            "math_mode": math_mode(a.dtype, a.allow_tf32),
+            "math_mode": math_mode_ran(a.dtype, matmul),
             "memory_policy": memory_policy(torch.__version__, observed, observed_how, observed_error),
         },
         "synthetic_model": {

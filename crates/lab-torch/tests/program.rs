@@ -122,7 +122,26 @@ fn phases_fields_and_check_on_a_cpu_torch() {
         );
         assert_eq!(doc["engine"]["name"], "torch");
         assert!(doc["engine"]["version"].as_str().unwrap().starts_with('2'));
-        assert!(doc["engine"]["allocator_knobs"].is_object());
+        // Every knob of CUDA and ROCm torch (and cuBLAS) that changes counters, paths or float32
+        // math is recorded (null: unset), and what the products ran with is read back from torch.
+        let knobs = doc["engine"]["allocator_knobs"].as_object().unwrap();
+        for k in [
+            "TORCH_BLAS_PREFER_CUBLASLT",
+            "PYTORCH_TUNABLEOP_ENABLED",
+            "HIPBLASLT_WORKSPACE_SIZE",
+            "HIPBLAS_WORKSPACE_CONFIG",
+            "ROCBLAS_WORKSPACE_CONFIG",
+            "TORCH_BLAS_PREFER_HIPBLASLT",
+            "PYTORCH_HIP_ALLOC_CONF",
+            "NVIDIA_TF32_OVERRIDE",
+            "TORCH_ALLOW_TF32_CUBLAS_OVERRIDE",
+        ] {
+            assert!(knobs.contains_key(k), "{k} not recorded: {knobs:?}");
+        }
+        let matmul = &doc["engine"]["matmul"];
+        assert_eq!(matmul["allow_tf32"], false, "{matmul}");
+        assert_eq!(matmul["float32_matmul_precision"], "highest", "{matmul}");
+        assert_eq!(matmul["float32_math"], "ieee", "{matmul}");
         assert_eq!(doc["environment"]["backend"], "torch-cpu-test-only");
         assert_eq!(doc["environment"]["reference_device"], true);
         // 10 rows: the check samples 8 of them, first and last included.
@@ -154,7 +173,31 @@ fn phases_fields_and_check_on_a_cpu_torch() {
         assert_eq!(parsed.phases.len(), 7);
         assert!(parsed.check.as_ref().unwrap().passed);
         assert_eq!(parsed.engine.as_ref().unwrap().name, "torch");
+        // The binary writes the document it read back: the matmul record survives it.
+        let rewritten = serde_json::to_value(&parsed).unwrap();
+        assert_eq!(rewritten["engine"]["matmul"], doc["engine"]["matmul"]);
     }
+}
+
+/// With --allow-tf32 torch runs float32 products with TF32, and the document says so from torch
+/// itself (`engine.matmul`, `configuration.math_mode`), not from the option.
+#[test]
+fn the_tf32_setting_is_read_back_from_torch() {
+    let Some(python) = torch_python() else { return };
+    let doc = document(&python, &["--width", "16", "--allow-tf32"]);
+    let matmul = &doc["engine"]["matmul"];
+    assert_eq!(matmul["allow_tf32"], true, "{matmul}");
+    assert_eq!(matmul["float32_matmul_precision"], "high", "{matmul}");
+    assert_eq!(matmul["float32_math"], "tf32", "{matmul}");
+    assert_eq!(
+        doc["configuration"]["math_mode"],
+        "float32 products may use TF32 (--allow-tf32)"
+    );
+    let strict = document(&python, &["--width", "16"]);
+    assert_eq!(
+        strict["configuration"]["math_mode"],
+        "float32 products in strict float32 (no TF32)"
+    );
 }
 
 #[test]

@@ -100,6 +100,11 @@ pub struct Engine {
     /// Every environment variable that changes the engine's counters, workspaces or path, as the
     /// process ran with it (`null`: unset).
     pub allocator_knobs: std::collections::BTreeMap<String, Option<String>>,
+    /// The matmul settings the products ran with, read back from the engine after the run
+    /// (`allow_tf32`, the float32 matmul precision): the judge of the GPU check holds a TF32 case
+    /// to them, not to the options asked for. Absent in documents written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul: Option<serde_json::Value>,
     /// The torch release whose rules iteragpu's native engine mirrors.
     #[serde(default)]
     pub mirrored_torch: Option<String>,
