@@ -15,6 +15,8 @@ use std::process::{Command, Stdio};
 
 use lab::measure::document::{MEASUREMENT_LIMIT, MeasurementDocument};
 
+pub mod environment;
+
 /// The engine's Python program, the one copy.
 pub const PROGRAM: &str = include_str!("engine.py");
 
@@ -66,12 +68,13 @@ pub enum TorchError {
     },
     /// The program printed something that is not a measurement document.
     #[error(
-        "the torch engine ({python}) printed no valid measurement document ({reason}); nothing \
-         was written"
+        "the torch engine ({python}) printed no valid {what} ({reason}); nothing was written"
     )]
     BadDocument {
         /// The interpreter.
         python: PathBuf,
+        /// What it should have printed (`measurement document`).
+        what: &'static str,
         /// Why it was refused.
         reason: String,
     },
@@ -139,11 +142,47 @@ pub fn run(
     env: &[(String, String)],
     progress: bool,
 ) -> Result<Finished, TorchError> {
+    let mut all = args.to_vec();
+    all.extend(["--output".to_string(), "-".to_string()]);
+    let ended = run_program(python, PROGRAM, &all, env, progress, MEASUREMENT_LIMIT)?;
+    let document = parse(&ended.stdout).map_err(|reason| TorchError::BadDocument {
+        python: python.to_path_buf(),
+        what: "measurement document",
+        reason,
+    })?;
+    let notes = ended
+        .kept
+        .iter()
+        .filter_map(|l| l.strip_prefix(PREFIX))
+        .filter_map(|l| l.strip_prefix("note: "))
+        .map(str::to_string)
+        .collect();
+    Ok(Finished { document, notes })
+}
+
+/// What a program that ended with 0 or 1 left: its stdout (within the limit) and the stderr
+/// lines that were not progress.
+struct Ended {
+    stdout: Vec<u8>,
+    kept: Vec<String>,
+}
+
+/// Starts `program` (one of this crate's Python programs) with `python -c`, `args` and `env`,
+/// and waits for it: exit 2 is a refusal, 3 would not fit, 0 or 1 leave their stdout (at most
+/// `limit` bytes), anything else is a failure. The one place a Python child is started, so that
+/// every program of the engine is started, bounded and reaped the same way.
+fn run_program(
+    python: &Path,
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+    progress: bool,
+    limit: u64,
+) -> Result<Ended, TorchError> {
     let mut child = Command::new(python)
         .arg("-c")
-        .arg(PROGRAM)
+        .arg(program)
         .args(args)
-        .args(["--output", "-"])
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env(PARENT_ENV, std::process::id().to_string())
         .stdin(Stdio::null())
@@ -177,7 +216,7 @@ pub fn run(
         .stdout
         .take()
         .expect("stdout is piped")
-        .take(MEASUREMENT_LIMIT + 1)
+        .take(limit + 1)
         .read_to_end(&mut stdout);
     let status = child.wait().map_err(|source| TorchError::Spawn {
         python: python.to_path_buf(),
@@ -216,26 +255,18 @@ pub fn run(
     if let Err(e) = read {
         return Err(TorchError::BadDocument {
             python: python.to_path_buf(),
-            reason: format!("reading its output failed: {e}"),
+            what: "output",
+            reason: format!("reading it failed: {e}"),
         });
     }
-    if stdout.len() as u64 > MEASUREMENT_LIMIT {
+    if stdout.len() as u64 > limit {
         return Err(TorchError::BadDocument {
             python: python.to_path_buf(),
-            reason: format!("its output is over {MEASUREMENT_LIMIT} bytes"),
+            what: "output",
+            reason: format!("it is over {limit} bytes"),
         });
     }
-    let document = parse(&stdout).map_err(|reason| TorchError::BadDocument {
-        python: python.to_path_buf(),
-        reason,
-    })?;
-    let notes = kept
-        .iter()
-        .filter_map(|l| l.strip_prefix(PREFIX))
-        .filter_map(|l| l.strip_prefix("note: "))
-        .map(str::to_string)
-        .collect();
-    Ok(Finished { document, notes })
+    Ok(Ended { stdout, kept })
 }
 
 /// Reads the program's output as a measurement document of the torch engine.
