@@ -396,11 +396,8 @@ fn render_lot(r: &LotReport) -> String {
         .map_or("no driver".to_string(), |n| format!("{n} GPU(s) visible"));
     let _ = writeln!(out, "lot: {} ({visible})", r.requested_device);
     if let Some(e) = &r.engine {
-        let _ = writeln!(
-            out,
-            "engine: {} {} ({}) in {}",
-            e.name, e.version, e.build, e.python
-        );
+        // The interpreter is in the JSON (and in the problem when torch sees no GPU).
+        let _ = writeln!(out, "engine: {} {} ({})", e.name, e.version, e.build);
     }
     if let Some(n) = &r.node {
         let _ = writeln!(out, "node: {}", n.describe());
