@@ -79,7 +79,10 @@ impl Scan {
         m.insert("torch_build".into(), json!(self.engine.build));
         m.insert("python".into(), json!(self.engine.python));
         m.insert("visible_devices".into(), json!(self.visible));
-        m.insert("management".into(), self.management.clone().unwrap_or(Value::Null));
+        m.insert(
+            "management".into(),
+            self.management.clone().unwrap_or(Value::Null),
+        );
         m
     }
 
@@ -139,11 +142,7 @@ pub fn scan(python: &Path, devices: &Devices, test_only_cpu: bool) -> Result<Sca
         "--devices".to_string(),
         match devices {
             Devices::All => "all".to_string(),
-            Devices::Ordinals(o) => o
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(","),
+            Devices::Ordinals(o) => o.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
         },
     ];
     if test_only_cpu {
@@ -163,7 +162,10 @@ mod tests {
 
     #[test]
     fn the_program_is_the_environment_file() {
-        assert!(ENVIRONMENT_PROGRAM.starts_with("#!/usr/bin/env python3\n\"\"\"iteragpu's torch engine, diagnosis"));
+        assert!(
+            ENVIRONMENT_PROGRAM
+                .starts_with("#!/usr/bin/env python3\n\"\"\"iteragpu's torch engine, diagnosis")
+        );
         assert!(ENVIRONMENT_PROGRAM.contains("def entry(argv):"));
     }
 
@@ -189,7 +191,10 @@ mod tests {
         let env = scan.missing("cuda:0", &ToolInfo::new(None));
         assert!(!env.usable);
         assert!(!env.reference_device);
-        assert_eq!(env.problem.as_deref(), Some("torch 2.11.0 (CPU only) in /p sees no GPU"));
+        assert_eq!(
+            env.problem.as_deref(),
+            Some("torch 2.11.0 (CPU only) in /p sees no GPU")
+        );
         assert_eq!(env.details["engine"], "torch");
         assert_eq!(env.details["torch_build"], "CPU only");
         assert!(scan.lot_devices(&ToolInfo::new(None)).is_empty());

@@ -67,9 +67,7 @@ pub enum TorchError {
         detail: String,
     },
     /// The program printed something that is not a measurement document.
-    #[error(
-        "the torch engine ({python}) printed no valid {what} ({reason}); nothing was written"
-    )]
+    #[error("the torch engine ({python}) printed no valid {what} ({reason}); nothing was written")]
     BadDocument {
         /// The interpreter.
         python: PathBuf,

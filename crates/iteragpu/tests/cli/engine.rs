@@ -179,14 +179,20 @@ fn environment_through_a_torch_that_sees_no_gpu_says_so_as_the_native_engine_doe
         "{v}"
     );
     assert_eq!(v["details"]["engine"], "torch");
-    assert!(v["details"]["torch"].as_str().unwrap().starts_with("2."), "{v}");
+    assert!(
+        v["details"]["torch"].as_str().unwrap().starts_with("2."),
+        "{v}"
+    );
     // The AMD package: every GPU missing, the engine named, exit 0.
     let v = torch_environment(&python, &["--package", "mi300x:7:1"]);
     assert_eq!(v["schema"], "iteragpu.lot/1");
     assert_eq!(v["usable"], false);
     assert_eq!(v["visible_devices"], 0);
     assert_eq!(v["engine"]["name"], "torch");
-    assert!(v["problem"].as_str().unwrap().contains("sees no GPU"), "{v}");
+    assert!(
+        v["problem"].as_str().unwrap().contains("sees no GPU"),
+        "{v}"
+    );
     let codes: Vec<&str> = v["findings"]
         .as_array()
         .unwrap()
@@ -204,7 +210,13 @@ fn environment_on_the_cpu_test_switch_is_a_lot_document_with_the_engine_named() 
     // Against an AMD package, the stand-in (the host's memory) is far short: the lot check says so.
     let v = torch_environment(
         &python,
-        &["--device", "all", "--test-only-cpu", "--package", "mi300x:7:1"],
+        &[
+            "--device",
+            "all",
+            "--test-only-cpu",
+            "--package",
+            "mi300x:7:1",
+        ],
     );
     let lot: serde_json::Value = v.clone();
     assert_eq!(lot["schema"], "iteragpu.lot/1");
@@ -270,7 +282,14 @@ fn environment_on_the_cpu_test_switch_is_a_lot_document_with_the_engine_named() 
     assert_eq!(fleet["gpus"][0]["device"], "cuda:0", "{fleet}");
     // The human report names the engine and its peer source.
     iteragpu()
-        .args(["environment", "--engine", "torch", "--device", "all", "--test-only-cpu"])
+        .args([
+            "environment",
+            "--engine",
+            "torch",
+            "--device",
+            "all",
+            "--test-only-cpu",
+        ])
         .args(["--python", python.to_str().unwrap()])
         .assert()
         .code(0)
@@ -296,7 +315,13 @@ fn environment_without_torch_or_python_is_one_sentence_each() {
     let empty = tempfile::tempdir().unwrap();
     iteragpu()
         .env("PATH", empty.path())
-        .args(["environment", "--engine", "torch", "--package", "mi300x:7:1"])
+        .args([
+            "environment",
+            "--engine",
+            "torch",
+            "--package",
+            "mi300x:7:1",
+        ])
         .assert()
         .code(2)
         .stdout("")
@@ -310,10 +335,20 @@ fn environment_without_torch_or_python_is_one_sentence_each() {
             "the torch engine describes GPUs",
         ),
         (
-            &["--engine", "torch", "--device", "cuda:0", "--package", "mi300x:7:1"][..],
+            &[
+                "--engine",
+                "torch",
+                "--device",
+                "cuda:0",
+                "--package",
+                "mi300x:7:1",
+            ][..],
             "--package checks a whole lot",
         ),
-        (&["--python", "python3"][..], "--python applies to --engine torch"),
+        (
+            &["--python", "python3"][..],
+            "--python applies to --engine torch",
+        ),
         (&["--engine", "rocm"][..], "rocm"),
     ] {
         iteragpu()
