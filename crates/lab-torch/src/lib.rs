@@ -17,6 +17,8 @@ use std::time::Duration;
 use lab::measure::document::{MEASUREMENT_LIMIT, MeasurementDocument};
 use lab_child::{Bounds, Ended};
 
+pub mod environment;
+
 /// The engine's Python program, the one copy.
 pub const PROGRAM: &str = include_str!("engine.py");
 
@@ -106,13 +108,12 @@ pub enum TorchError {
         detail: String,
     },
     /// The program printed something that is not a measurement document.
-    #[error(
-        "the torch engine ({python}) printed no valid measurement document ({reason}); nothing \
-         was written"
-    )]
+    #[error("the torch engine ({python}) printed no valid {what} ({reason}); nothing was written")]
     BadDocument {
         /// The interpreter.
         python: PathBuf,
+        /// What it should have printed (`measurement document`).
+        what: &'static str,
         /// Why it was refused.
         reason: String,
     },
@@ -186,7 +187,7 @@ pub struct Finished {
 /// Runs the program with `python` and `args` (the program's options, `--output -` added here),
 /// with `env` set for it, under `bounds` (see [`lab_child`]: its own process group, ended with
 /// everything it started at the deadline, on Ctrl-C and when this process dies); its per-phase
-/// lines go to stderr when `progress`. The one way this crate starts the program.
+/// lines go to stderr when `progress`.
 pub fn run(
     python: &Path,
     args: &[String],
@@ -194,15 +195,60 @@ pub fn run(
     progress: bool,
     bounds: Bounds,
 ) -> Result<Finished, TorchError> {
+    let mut all = args.to_vec();
+    all.extend(["--output".to_string(), "-".to_string()]);
+    let output = run_program(
+        python,
+        PROGRAM,
+        &all,
+        env,
+        progress,
+        MEASUREMENT_LIMIT,
+        bounds,
+    )?;
+    let document = parse(&output.stdout).map_err(|reason| TorchError::BadDocument {
+        python: python.to_path_buf(),
+        what: "measurement document",
+        reason,
+    })?;
+    let notes = output
+        .kept
+        .iter()
+        .filter_map(|l| l.strip_prefix(PREFIX))
+        .filter_map(|l| l.strip_prefix("note: "))
+        .map(str::to_string)
+        .collect();
+    Ok(Finished { document, notes })
+}
+
+/// What a program that ended with 0 or 1 left: its stdout (within the limit) and the stderr
+/// lines that were not progress.
+struct Output {
+    stdout: Vec<u8>,
+    kept: Vec<String>,
+}
+
+/// Starts `program` (one of this crate's Python programs) with `python -c`, `args` and `env`
+/// under `bounds`, and waits for it: exit 2 is a refusal, 3 would not fit, 0 or 1 leave their
+/// stdout (at most `limit` bytes), anything else is a failure. The one place a Python child is
+/// started, so that every program of the engine is started, bounded and reaped the same way.
+fn run_program(
+    python: &Path,
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+    progress: bool,
+    limit: u64,
+    bounds: Bounds,
+) -> Result<Output, TorchError> {
     let spawn_error = |source| TorchError::Spawn {
         python: python.to_path_buf(),
         source,
     };
     let mut cmd = lab_child::command(python, bounds).map_err(spawn_error)?;
     cmd.arg("-c")
-        .arg(PROGRAM)
+        .arg(program)
         .args(args)
-        .args(["--output", "-"])
         .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -229,7 +275,7 @@ pub fn run(
     let read = child
         .stdout()
         .expect("stdout is piped")
-        .take(MEASUREMENT_LIMIT + 1)
+        .take(limit + 1)
         .read_to_end(&mut stdout);
     let ended = child.wait().map_err(spawn_error);
     let kept = lines.join().unwrap_or_default();
@@ -288,23 +334,18 @@ pub fn run(
     if let Err(e) = read {
         return Err(TorchError::BadDocument {
             python,
-            reason: format!("reading its output failed: {e}"),
+            what: "output",
+            reason: format!("reading it failed: {e}"),
         });
     }
-    if stdout.len() as u64 > MEASUREMENT_LIMIT {
+    if stdout.len() as u64 > limit {
         return Err(TorchError::BadDocument {
             python,
-            reason: format!("its output is over {MEASUREMENT_LIMIT} bytes"),
+            what: "output",
+            reason: format!("it is over {limit} bytes"),
         });
     }
-    let document = parse(&stdout).map_err(|reason| TorchError::BadDocument { python, reason })?;
-    let notes = kept
-        .iter()
-        .filter_map(|l| l.strip_prefix(PREFIX))
-        .filter_map(|l| l.strip_prefix("note: "))
-        .map(str::to_string)
-        .collect();
-    Ok(Finished { document, notes })
+    Ok(Output { stdout, kept })
 }
 
 /// Whether Python's last word is that a module cannot be imported (torch, or one it needs).

@@ -33,6 +33,22 @@ pub struct Environment {
     pub details: serde_json::Value,
 }
 
+/// The engine that described the GPUs when it is not the native one: `environment --engine
+/// torch` reads them through the machine's PyTorch (on ROCm too), and says which in the lot
+/// report; a one-device report says it in its details (`engine`, `torch`, `torch_build`), as the
+/// environment of a `measure --engine torch` document does.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentEngine {
+    /// `torch`.
+    pub name: String,
+    /// Its version (`torch.__version__`).
+    pub version: String,
+    /// How it was built: `CUDA 13.0`, `ROCm, HIP 6.4.x`, `CPU only`.
+    pub build: String,
+    /// The interpreter that ran it.
+    pub python: String,
+}
+
 /// `environment --json` for one device: the [`Environment`] report, and which node of a
 /// multi-node job it came from (absent outside a scheduler unless named with `--node`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::environment::Environment;
+use crate::environment::{Environment, EnvironmentEngine};
 use crate::node::NodeIdentity;
 use crate::tool::ToolInfo;
 use rent::datasheet::{Datasheet, pcie_gb_s};
@@ -287,6 +287,9 @@ pub struct LotReport {
     /// Which node of a multi-node job this is (absent outside a scheduler unless named).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<NodeIdentity>,
+    /// The engine that read the GPUs, when not the native one (`--engine torch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub engine: Option<EnvironmentEngine>,
     /// One entry per GPU asked for.
     pub devices: Vec<LotDevice>,
     /// Every ordered pair of the GPUs asked for.

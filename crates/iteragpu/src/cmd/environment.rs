@@ -9,6 +9,7 @@ use lab::lot::{Expectation, Finding, LOT_SCHEMA, LotReport, Severity, check_lot}
 use lab::node::{NodeIdentity, parse_node_name};
 use lab::tool::ToolInfo;
 use lab_cuda::lot::{Selection, parse_selection};
+use lab_torch::environment::Devices;
 use ledger::Package;
 use rent::catalogue::Catalogue;
 use rent::datasheet::Datasheet;
@@ -32,6 +33,7 @@ Examples:
   iteragpu environment --device cuda:0,1 --json
   iteragpu environment --package b200:7:1
   iteragpu environment --package b200:7:4 --node n1   (one node of four)
+  iteragpu environment --engine torch --package mi300x:7:1   (an AMD lot, through PyTorch)
 
 `--device all` (or a list such as cuda:0,1) reports every GPU, one block each, and checks the
 lot: the same model and memory on every GPU, the number of GPUs the package promises, ECC
@@ -45,7 +47,18 @@ Under Slurm or SkyPilot the report records the scheduler's node name, rank, node
 id (SLURMD_NODENAME, SLURM_NODEID, SLURM_JOB_NUM_NODES, SLURM_JOB_ID; SKYPILOT_NODE_RANK,
 SKYPILOT_NUM_NODES, SKYPILOT_TASK_ID: no other variable is read), and on node k of N the lot
 check expects the node's share of --package, package GPUs / N (a package that does not split
-evenly is refused). Outside a scheduler no node or host name is recorded unless --node names it.")]
+evenly is refused). Outside a scheduler no node or host name is recorded unless --node names it.
+
+`--engine torch` reads the GPUs through the machine's PyTorch instead of the NVIDIA driver, for
+GPUs the native engine cannot open (AMD GPUs under ROCm, which torch calls cuda:N too): each
+GPU's name, compute capability or gfx architecture, multiprocessor count, memory and free memory,
+UUID and PCI address where torch gives them, peer access, and on ROCm the AMD SMI library's
+clocks, power, temperatures, PCIe link, ECC counts, bad pages and processes when its Python
+module (amdsmi) imports. What cannot be read is written \"unavailable (why)\", never guessed, and
+the same lot checks run on the rest (a check whose facts are missing is not passed, it is not
+run: the report says which). The documents are the native ones with the engine named. A torch
+that sees no GPU is reported as the native engine reports a missing driver (exit 0, usable: no);
+no Python with PyTorch is a refusal (exit 2).")]
 pub struct Args {
     /// The device to describe: `cuda:N` (an NVIDIA GPU), `cpu` (the CPU reference device), `all`
     /// (every GPU, with lot checks) or a list such as `cuda:0,1` [default: cuda:0, or all with
@@ -75,6 +88,21 @@ pub struct Args {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+
+    /// `native` (the NVIDIA driver and NVML) or `torch` (the machine's PyTorch, CUDA or ROCm:
+    /// for AMD GPUs and GPUs the native engine cannot open).
+    #[arg(long, default_value = "native", value_parser = ["native", "torch"], value_name = "ENGINE")]
+    pub engine: String,
+
+    /// With --engine torch: the Python that has PyTorch [default: the first python3 on the PATH
+    /// with a torch package].
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+
+    /// Tests only, never a product path: with --engine torch, torch's CPU device stands in for
+    /// one GPU (the documents say so: backend torch-cpu-test-only, reference device).
+    #[arg(long, hide = true)]
+    pub test_only_cpu: bool,
 }
 
 /// This process's node: the scheduler's variables only, `--node NAME` in place of its name.
@@ -159,6 +187,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "cuda:0".to_string()
         }
     });
+    if args.engine == "torch" {
+        return run_torch(&args, &device);
+    }
+    if args.python.is_some() || args.test_only_cpu {
+        return Err(exit::usage(
+            "--python applies to --engine torch; the native engine runs no Python".to_string(),
+        ));
+    }
     if let Some(selection) = parse_selection(&device) {
         return lot(&args, &selection);
     }
@@ -186,6 +222,121 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         output::print_json(&report)?;
     } else {
         output::print_text(&render(&report.environment, report.node.as_ref()))?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--engine torch`: the same reports, from what the machine's PyTorch says (see
+/// [`lab_torch::environment`]). No Python with torch, or a refusal: exit 2.
+fn run_torch(args: &Args, device: &str) -> anyhow::Result<ExitCode> {
+    let devices = if let Some(selection) = parse_selection(device) {
+        match selection {
+            Selection::All => Devices::All,
+            Selection::Ordinals(o) => Devices::Ordinals(o),
+        }
+    } else if device == "cpu" {
+        return Err(exit::usage(
+            "--device cpu: the torch engine describes GPUs (cuda:N, all, or a list such as \
+             cuda:0,1); the CPU reference device is the native engine's (leave out --engine torch)"
+                .to_string(),
+        ));
+    } else if let Some(ordinal) = lab_cuda::parse_ordinal(device) {
+        if args.package.is_some() {
+            return Err(exit::usage(format!(
+                "--package checks a whole lot, not {device}: use --device all (the default with \
+                 --package) or a list such as cuda:0,1"
+            )));
+        }
+        Devices::Ordinals(vec![ordinal])
+    } else {
+        return Err(exit::usage(format!(
+            "unknown device {device:?}: expected cuda:N (e.g. cuda:0), all, or a list such as \
+             cuda:0,1"
+        )));
+    };
+    // The catalogue, datasheet and node are checked before any Python runs.
+    let datasheet = datasheet(args.datasheet.as_deref())?;
+    let node = node(args.node.as_deref());
+    let expectation = node_expectation(
+        expectation(args.package.as_ref(), args.catalogue.as_deref())?,
+        node.as_ref(),
+    )?;
+    let path = std::env::var("PATH").ok();
+    let python = lab_torch::find_python(args.python.as_deref(), path.as_deref())
+        .map_err(|e| exit::usage(e.to_string()))?;
+    let scan = lab_torch::environment::scan(&python, &devices, args.test_only_cpu).map_err(
+        |e| match e {
+            lab_torch::TorchError::Refused(why) => exit::usage(why),
+            lab_torch::TorchError::NoPython { .. } | lab_torch::TorchError::Spawn { .. } => {
+                exit::usage(e.to_string())
+            }
+            other => anyhow::Error::new(other),
+        },
+    )?;
+    let tool = tool_info();
+    let lot_asked = parse_selection(device).is_some();
+    if !lot_asked {
+        let environment = match scan.devices.first() {
+            Some(d) => scan.environment(d, &tool),
+            None => scan.missing(device, &tool),
+        };
+        let report = EnvironmentReport { environment, node };
+        if args.json {
+            output::print_json(&report)?;
+        } else {
+            output::print_text(&render(&report.environment, report.node.as_ref()))?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let devices = scan.lot_devices(&tool);
+    let facts: Vec<_> = devices.iter().filter_map(|d| d.facts.clone()).collect();
+    let mut findings = check_lot(
+        &facts,
+        scan.visible.unwrap_or(0),
+        &scan.peers,
+        expectation.as_ref(),
+        &datasheet,
+    );
+    // Without a management library the lot rules name NVML; through torch, say which library
+    // was missing and why.
+    for f in &mut findings {
+        if f.code == "nvml_unavailable" {
+            let d = f.device.clone().unwrap_or_default();
+            let why = devices
+                .iter()
+                .find(|x| x.environment.requested_device == d)
+                .and_then(|x| x.environment.details.pointer("/management/problem"))
+                .and_then(Value::as_str)
+                .unwrap_or("no management library");
+            f.message = format!(
+                "no management library read {d} ({why}): clocks, throttling, PCIe link, ECC, MIG \
+                 and other processes were not checked"
+            );
+        }
+    }
+    let report = LotReport {
+        schema: LOT_SCHEMA.to_string(),
+        tool,
+        requested_device: parse_selection(device).map_or(device.to_string(), |s| s.describe()),
+        visible_devices: scan.visible,
+        usable: scan.problem.is_none() && devices.iter().all(|d| d.environment.usable),
+        problem: scan.problem.clone(),
+        package: expectation,
+        node,
+        engine: Some(scan.engine.clone()),
+        devices,
+        peers: scan.peers.clone(),
+        datasheet: datasheet.name().to_string(),
+        warnings: findings
+            .iter()
+            .filter(|f| f.severity == Severity::Warning)
+            .count(),
+        findings,
+    };
+    if args.json {
+        output::print_json(&report)?;
+    } else {
+        output::print_text(&render_lot(&report))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -222,6 +373,7 @@ fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
         problem: scan.problem.as_ref().map(ToString::to_string),
         package: expectation,
         node,
+        engine: None,
         devices: scan.devices,
         peers: scan.peers,
         datasheet: datasheet.name().to_string(),
@@ -251,6 +403,10 @@ fn render_lot(r: &LotReport) -> String {
         .visible_devices
         .map_or("no driver".to_string(), |n| format!("{n} GPU(s) visible"));
     let _ = writeln!(out, "lot: {} ({visible})", r.requested_device);
+    if let Some(e) = &r.engine {
+        // The interpreter is in the JSON (and in the problem when torch sees no GPU).
+        let _ = writeln!(out, "engine: {} {} ({})", e.name, e.version, e.build);
+    }
     if let Some(n) = &r.node {
         let _ = writeln!(out, "node: {}", n.describe());
     }
@@ -282,7 +438,12 @@ fn render_lot(r: &LotReport) -> String {
     }
     if !r.peers.is_empty() {
         let _ = writeln!(out);
-        let _ = writeln!(out, "peer access (cuDeviceCanAccessPeer):");
+        let how = if r.engine.is_some() {
+            "torch.cuda.can_device_access_peer"
+        } else {
+            "cuDeviceCanAccessPeer"
+        };
+        let _ = writeln!(out, "peer access ({how}):");
         for p in &r.peers {
             let _ = writeln!(
                 out,
