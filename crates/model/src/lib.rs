@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 pub mod config;
+pub mod hub;
 mod error;
 pub mod quant;
 pub mod safetensors;

@@ -92,6 +92,11 @@ pub struct FitOption {
     pub model: String,
     /// Lots rented.
     pub lots: u64,
+    /// Machines: one per lot, the catalogue promising no more (two lots are two machines).
+    pub machines: u64,
+    /// The layout spans machines: its tensor-parallel or pipeline traffic crosses the fleet's
+    /// network, which a lot does not promise.
+    pub needs_network: bool,
     /// lots x GPUs per lot: the GPUs the model is split over (tensor parallel x pipeline
     /// stages, see `layout`).
     pub total_gpus: u64,
@@ -245,6 +250,7 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
                 weight_bytes: w.weight_bytes.div_ceil(n),
                 full_kv_bytes_per_token: 0,
                 sliding_kv_bytes_per_token: 0,
+                input_embedding_bytes: 0,
             }],
             need: even,
             budget: None,
@@ -452,6 +458,8 @@ pub fn assess(p: &Package, inputs: &FitInputs, plan: &Plan) -> FitOption {
         gpu: p.gpu.clone(),
         model: p.model.clone(),
         lots: p.lots,
+        machines: p.lots.max(1),
+        needs_network: p.lots > 1 && gpus > 1,
         total_gpus: gpus,
         days: p.days,
         per_gpu_bytes: need,

@@ -39,7 +39,7 @@ Examples:
   iteragpu fit --model data/models/llama-3.1-8b --gpu h100-sxm,l40s --sort price-per-mtok
   iteragpu fit --model data/models/llama-3.1-8b --context 8192 --probe probe.json
   iteragpu fit --parameters 70B --bits 16 --max-gpus 8 --json
-  iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --reserve-gib 4
+  iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --serve none --reserve-gib 4
 
 Every GPU is budgeted as the serving engine budgets it at start-up (--serve vllm, the default;
 sglang; or none, the raw figure): vLLM uses total x --gpu-memory-utilization (0.9), minus the
@@ -81,7 +81,9 @@ const MAX_PROBE_BYTES: u64 = 64 * 1024 * 1024;
 #[command(after_help = EXAMPLES)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["parameters", "model"])))]
 pub struct Args {
-    /// A model folder (config.json, *.safetensors, model.safetensors.index.json) or a config.json.
+    /// A model folder (config.json, *.safetensors, model.safetensors.index.json), a config.json,
+    /// or a Hub id (org/name) already in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub
+    /// or ~/.cache/huggingface/hub; nothing is downloaded).
     #[arg(long, value_name = "PATH", conflicts_with = "parameters")]
     pub model: Option<PathBuf>,
 
@@ -117,8 +119,9 @@ pub struct Args {
 
     /// The serving engine whose start-up budget decides: vllm, sglang, or none (the usable
     /// memory minus --reserve-gib, no engine).
-    #[arg(long, value_name = "ENGINE", default_value = "vllm", value_parser = Serve::NAMES)]
-    pub serve: String,
+    /// (Default vllm with --model; none with --parameters, which gives no shape to budget.)
+    #[arg(long, value_name = "ENGINE", value_parser = Serve::NAMES)]
+    pub serve: Option<String>,
 
     /// vLLM's --gpu-memory-utilization: the share of the GPU it budgets (default 0.9).
     #[arg(long, value_name = "U", value_parser = parse_fraction)]
@@ -572,7 +575,16 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .tight_gib
         .unwrap_or_else(|| Decimal::from(DEFAULT_TIGHT_GIB))
         .normalize();
-    let serve = Serve::parse(&args.serve).unwrap_or_default();
+    let serve = match &args.serve {
+        Some(name) => Serve::parse(name).unwrap_or_default(),
+        None if args.model.is_none() => Serve::None,
+        None => Serve::Vllm,
+    };
+    let serve_name = Serve::NAMES[match serve {
+        Serve::Vllm => 0,
+        Serve::Sglang => 1,
+        Serve::None => 2,
+    }];
     if serve != Serve::Vllm
         && (args.gpu_memory_utilization.is_some()
             || args.max_num_batched_tokens.is_some()
@@ -581,21 +593,19 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     {
         return Err(crate::exit::usage(format!(
             "--gpu-memory-utilization, --max-num-batched-tokens, --max-num-seqs and \
-             --enforce-eager are vLLM's options; --serve is {}",
-            args.serve
+             --enforce-eager are vLLM's options; --serve is {serve_name}"
         )));
     }
     if serve != Serve::Sglang && args.mem_fraction_static.is_some() {
         return Err(crate::exit::usage(format!(
-            "--mem-fraction-static is SGLang's option; --serve is {}",
-            args.serve
+            "--mem-fraction-static is SGLang's option; --serve is {serve_name}"
         )));
     }
     if serve != Serve::None && (args.reserve_gib.is_some() || args.tight_gib.is_some()) {
         return Err(crate::exit::usage(format!(
             "--reserve-gib and --tight-gib belong to --serve none (the raw figure); --serve {} \
              budgets the engine's own terms (--tight-share sets tight)",
-            args.serve
+            serve_name
         )));
     }
     let (label, loaded) = match (&args.model, args.parameters) {
@@ -695,7 +705,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         heads,
     };
     let extras = match (&args.model, architecture) {
-        (Some(path), Some(_)) => config_extras(path),
+        (Some(path), Some(_)) => config_extras(&model::hub::locate(path).unwrap_or(path.clone())),
         _ => ConfigExtras::default(),
     };
     let native_bits = facts.native_bits.unwrap_or(16);
@@ -780,7 +790,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "--serve {} budgets the engine from the model's shape (hidden size, layers, heads, \
              vocabulary), which only --model with a config.json of a known architecture gives; \
              with --parameters pass --serve none",
-            args.serve
+            serve_name
         )));
     }
     let plan = Plan {
@@ -857,7 +867,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kv_cache_per_gpu = format!("{kv_cache_per_gpu}{latent}");
     let mut ceiling_text = format!(
         "{}: decode tokens/s <= batch x memory bandwidth per GPU / bytes the busiest GPU reads \
-         per step (its weights once and the KV cache of every sequence at the context); prefill \
+         per step (its weights once, of the input embedding one row per sequence, the output head whole, and the KV cache of every sequence at the context); tensor-parallel layouts read a T-th each, pipeline stages are bounded stage by stage per micro-batch; prefill \
          tokens/s <= GPUs x dense peak / (2 x active parameters + attention) FLOP per token",
         ceiling::BOUND
     );
@@ -1240,6 +1250,9 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         if o.example {
             marks.push("EXAMPLE");
         }
+        if o.needs_network {
+            marks.push("NET");
+        }
         let c = o.ceilings.as_ref();
         cells.push([
             o.gpu.clone(),
@@ -1329,7 +1342,8 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         .collect();
     let headline = considered_budget
         .iter()
-        .find(|o| o.fits)
+        .find(|o| o.fits && o.machines == 1)
+        .or_else(|| considered_budget.iter().find(|o| o.fits))
         .copied()
         .or_else(|| d.options.first());
     if let Some(o) = headline
@@ -1368,13 +1382,19 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         .iter()
         .filter(|o| sel.gpu.as_ref().is_none_or(|g| g.contains(&o.gpu)))
         .collect();
-    match considered.iter().find(|o| o.fits) {
+    let one_machine = considered.iter().find(|o| o.fits && o.machines == 1);
+    match one_machine.or_else(|| considered.iter().find(|o| o.fits)) {
         Some(best) => {
             let _ = writeln!(
                 s,
-                "{} of {} packages fit. Cheapest: {} x {} ({} GPU{}{}), {} days, {} {}{}.",
+                "{} of {} packages fit. Cheapest{}: {} x {} ({} GPU{}{}), {} days, {} {}{}.",
                 sel.rows_fitting,
                 sel.rows_total,
+                if best.machines == 1 {
+                    " on one machine"
+                } else {
+                    " (no package fits on one machine; it needs the fleet's network)"
+                },
                 best.lots,
                 best.gpu,
                 best.total_gpus,
@@ -1466,6 +1486,15 @@ fn render(d: &Document, all: &[FitOption]) -> String {
             s,
             "ROCm = an AMD GPU: iteragpu's native engine is CUDA only; measure --engine torch \
              measures it through PyTorch for ROCm; its ceilings are the datasheet's."
+        );
+    }
+    if shown.iter().any(|o| o.needs_network) {
+        let _ = writeln!(
+            s,
+            "NET = several lots, so several machines (the catalogue promises no more): the \
+             layout's tensor-parallel or pipeline traffic crosses the fleet's network \
+             (InfiniBand or RoCE), which a lot does not promise; a package of one lot stays on \
+             one machine."
         );
     }
     if shown.iter().any(|o| o.example) {

@@ -2,6 +2,7 @@
 
 mod completions;
 mod engine;
+mod engine_logs;
 mod environment;
 mod errors;
 mod estimate;
