@@ -15,8 +15,8 @@
 #![deny(missing_docs)]
 
 pub mod config;
-pub mod hub;
 mod error;
+pub mod hub;
 pub mod quant;
 pub mod safetensors;
 

@@ -173,9 +173,7 @@ impl Budget {
     /// The bytes taken from the budget before the KV cache: weights and the subtracted terms.
     pub fn before_kv(&self) -> u128 {
         match self.serve {
-            Serve::Vllm => {
-                self.weights_bytes + self.activation_peak.bytes + self.non_torch.bytes
-            }
+            Serve::Vllm => self.weights_bytes + self.activation_peak.bytes + self.non_torch.bytes,
             Serve::Sglang => self.weights_bytes + self.non_torch.bytes,
             Serve::None => self.weights_bytes + self.reserve_bytes,
         }
@@ -245,7 +243,13 @@ pub fn forward_bytes(shape: &Shape, tokens: u64, tp: u64) -> u128 {
 /// The profile run's activation peak on one GPU: the larger of the forward pass over
 /// `tokens` batched tokens and the sampler run over `rows` rows of logits (on the last pipeline
 /// stage; the logits are gathered whole on every tensor-parallel GPU).
-pub fn activation_peak(shape: &Shape, tokens: u64, rows: u64, tp: u64, last_stage: bool) -> Estimated {
+pub fn activation_peak(
+    shape: &Shape,
+    tokens: u64,
+    rows: u64,
+    tp: u64,
+    last_stage: bool,
+) -> Estimated {
     let forward = forward_bytes(shape, tokens, tp);
     let sampler = if last_stage {
         u128::from(rows) * u128::from(shape.vocab) * SAMPLER_BYTES_PER_LOGIT
@@ -355,9 +359,7 @@ pub fn budget(
     let captured = !options.enforce_eager && serve != Serve::None;
     let (fraction, block) = match serve {
         Serve::Vllm => (
-            options
-                .gpu_memory_utilization
-                .unwrap_or(Decimal::new(9, 1)),
+            options.gpu_memory_utilization.unwrap_or(Decimal::new(9, 1)),
             VLLM_BLOCK_TOKENS,
         ),
         Serve::Sglang => (
@@ -400,8 +402,8 @@ pub fn budget(
         cuda_graphs_captured: captured,
     };
     let before = b.before_kv();
-    b.kv_pool_bytes =
-        i128::try_from(budget_bytes).unwrap_or(i128::MAX) - i128::try_from(before).unwrap_or(i128::MAX);
+    b.kv_pool_bytes = i128::try_from(budget_bytes).unwrap_or(i128::MAX)
+        - i128::try_from(before).unwrap_or(i128::MAX);
     let block_bytes = kv_per_token * u128::from(block);
     if b.kv_pool_bytes > 0 && block_bytes > 0 {
         let blocks = (b.kv_pool_bytes as u128) / block_bytes;

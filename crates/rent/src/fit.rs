@@ -266,8 +266,12 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
             budget: None,
         },
         Ok(all) => {
-            if let Some(e) = plan.engine.as_ref().filter(|e| e.options.serve != Serve::None) {
-                return place_engine(p, w, all, e, plan, inputs.reserve_bytes, window, even);
+            if let Some(e) = plan
+                .engine
+                .as_ref()
+                .filter(|e| e.options.serve != Serve::None)
+            {
+                return place_engine(p, w, all, e, inputs.reserve_bytes, even);
             }
             let mut best: Option<Placement> = None;
             for l in all {
@@ -328,9 +332,9 @@ fn judge_layout(
             reserve,
         );
         let v = engine::judge(&b, w.context, w.batch, e.tight_share);
-        let kv = w
-            .context
-            .map_or(0, |c| b.blocks_for(c, w.batch) * per_token * u128::from(b.block_tokens));
+        let kv = w.context.map_or(0, |c| {
+            b.blocks_for(c, w.batch) * per_token * u128::from(b.block_tokens)
+        });
         let need = b.before_kv() + kv;
         let rank = |v: &engine::Verdict, b: &Budget| (v.fits, !v.tight, b.kv_pool_bytes);
         let replace = match &worst {
@@ -349,15 +353,12 @@ fn judge_layout(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn place_engine(
     p: &Package,
     w: &Workload,
     all: Vec<Layout>,
     e: &EnginePlan,
-    _plan: &Plan,
     reserve: u128,
-    _window: Option<u64>,
     even: u128,
 ) -> Placement {
     let mut best: Option<Placement> = None;
@@ -375,7 +376,11 @@ fn place_engine(
         if fits {
             return candidate;
         }
-        let pool = |c: &Placement| c.budget.as_ref().map_or(i128::MIN, |(b, _)| b.kv_pool_bytes);
+        let pool = |c: &Placement| {
+            c.budget
+                .as_ref()
+                .map_or(i128::MIN, |(b, _)| b.kv_pool_bytes)
+        };
         if best.as_ref().is_none_or(|x| pool(&candidate) > pool(x)) {
             best = Some(candidate);
         }
@@ -396,7 +401,10 @@ pub fn assess(p: &Package, inputs: &FitInputs, plan: &Plan) -> FitOption {
     let placed = place(p, inputs, plan);
     let need = placed.need;
     // Under an engine, the budget (total x utilisation) is what the need is held against.
-    let against = placed.budget.as_ref().map_or(usable, |(b, _)| b.budget_bytes);
+    let against = placed
+        .budget
+        .as_ref()
+        .map_or(usable, |(b, _)| b.budget_bytes);
     let headroom =
         i128::try_from(against).unwrap_or(i128::MAX) - i128::try_from(need).unwrap_or(i128::MAX);
     let runs = placed.problem.is_none();

@@ -53,7 +53,8 @@ pub struct Args {
           requires = "bits")]
     pub parameters: Option<u64>,
 
-    /// A model folder (config.json, *.safetensors, model.safetensors.index.json) or a config.json.
+    /// A model folder (config.json, *.safetensors, model.safetensors.index.json), a config.json,
+    /// or a Hub id (org/name) already in the local Hugging Face cache (nothing is downloaded).
     #[arg(long, value_name = "PATH", conflicts_with = "parameters")]
     pub model: Option<PathBuf>,
 

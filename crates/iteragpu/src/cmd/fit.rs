@@ -223,9 +223,7 @@ fn parse_fraction(text: &str) -> Result<Decimal, String> {
 
 fn parse_count(text: &str) -> Result<u64, String> {
     match text.trim().parse::<u64>() {
-        Ok(v) if v > 0 && v <= 1 << 24 && text.trim().bytes().all(|b| b.is_ascii_digit()) => {
-            Ok(v)
-        }
+        Ok(v) if v > 0 && v <= 1 << 24 && text.trim().bytes().all(|b| b.is_ascii_digit()) => Ok(v),
         _ => Err(format!(
             "`{text}` is not accepted; expected a whole number from 1 to 16777216"
         )),
@@ -652,10 +650,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .as_ref()
             .and_then(|l| l.model.architecture.as_ref())
             .and_then(|a| a.dtype.clone());
-        match (args.bits, dtype) {
-            (Some(b), _) => format!("{b}-bit (--bits)"),
-            (None, Some(d)) => d,
-            (None, None) => format!("{}-bit", facts.native_bits.unwrap_or(16)),
+        let quant = loaded
+            .as_ref()
+            .and_then(|l| l.model.architecture.as_ref())
+            .and_then(|a| a.quantization.as_ref());
+        match (args.bits, dtype, quant) {
+            (Some(b), _, _) => format!("{b}-bit weights (--bits)"),
+            (None, d, Some(q)) => format!(
+                "{}-bit {} weights, {} activations",
+                q.bits.or(facts.quantised_bits).unwrap_or(16),
+                q.method.as_deref().unwrap_or("quantised"),
+                d.unwrap_or_else(|| "bfloat16".to_string())
+            ),
+            (None, Some(d), None) => d,
+            (None, None, None) => format!("{}-bit", facts.native_bits.unwrap_or(16)),
         }
     };
     if let Some(kv) = &args.kv_cache_dtype {
@@ -896,14 +904,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         served_dtype: served_dtype.clone(),
         tight_share,
         rule: match serve {
-            Serve::Vllm => "vLLM (v1 gpu_worker determine_available_memory): KV pool = total x \
+            Serve::Vllm => {
+                "vLLM (v1 gpu_worker determine_available_memory): KV pool = total x \
                  gpu_memory_utilization - weights - profile-run activation peak - non-torch \
                  memory, cut into 16-token blocks; CUDA graphs are captured afterwards, out of \
                  total x (1 - gpu_memory_utilization); max_num_batched_tokens and max_num_seqs \
-                 default per GPU (null here: the engine's default, in each row's budget)",
-            _ => "SGLang (model_runner profile_max_num_token): KV pool = total x \
+                 default per GPU (null here: the engine's default, in each row's budget)"
+            }
+            _ => {
+                "SGLang (model_runner profile_max_num_token): KV pool = total x \
                  mem_fraction_static - weights - the memory used before it is sized; \
-                 activations and CUDA graphs live in total x (1 - mem_fraction_static)",
+                 activations and CUDA graphs live in total x (1 - mem_fraction_static)"
+            }
         },
     });
     let assumptions = Assumptions {
@@ -1025,7 +1037,11 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
         gib2(b.weights_bytes)
     );
     let range = |e: &rent::engine::Estimated| {
-        format!("(estimate, {} to {})", gib2(e.low_bytes), gib2(e.high_bytes))
+        format!(
+            "(estimate, {} to {})",
+            gib2(e.low_bytes),
+            gib2(e.high_bytes)
+        )
     };
     if b.serve == Serve::Vllm {
         let _ = writeln!(
@@ -1247,11 +1263,11 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         if o.native_engine == Some(false) {
             marks.push("ROCm");
         }
-        if o.example {
-            marks.push("EXAMPLE");
-        }
         if o.needs_network {
             marks.push("NET");
+        }
+        if o.example {
+            marks.push("EXAMPLE");
         }
         let c = o.ceilings.as_ref();
         cells.push([
@@ -1412,8 +1428,15 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         None => {
             let _ = writeln!(
                 s,
-                "None of the {} packages up to {} GPUs fits: raise --max-gpus, lower --bits or --context.",
-                sel.rows_total, a.max_gpus
+                "None of the {} packages up to {} GPUs fits: raise --max-gpus, lower --bits or --context{}.",
+                sel.rows_total,
+                a.max_gpus,
+                match a.serve {
+                    Serve::Vllm =>
+                        ", or give vLLM more room (--max-num-seqs, --gpu-memory-utilization, --enforce-eager)",
+                    Serve::Sglang => ", or raise --mem-fraction-static",
+                    Serve::None => "",
+                }
             );
         }
     }
@@ -1505,7 +1528,13 @@ fn render(d: &Document, all: &[FitOption]) -> String {
     }
     let _ = writeln!(
         s,
-        "Not included: {}. A package price is not availability: check the provider's offer.",
+        "Not included{}: {}. A package price is not availability: check the provider's offer.",
+        if a.engine.is_some() {
+            " in the model memory line (the engine's budget counts activations, non-torch \
+             memory and CUDA graphs)"
+        } else {
+            ""
+        },
         e.base.excluded.join(", ")
     );
     s

@@ -79,8 +79,8 @@ fn fit_for(log: &Value, dir: &Path) -> Value {
 
 #[test]
 fn fit_agrees_with_published_vllm_start_ups() {
-    let text = std::fs::read_to_string(repo().join("data/engine-logs/vllm-startup-logs.json"))
-        .unwrap();
+    let text =
+        std::fs::read_to_string(repo().join("data/engine-logs/vllm-startup-logs.json")).unwrap();
     let doc: Value = serde_json::from_str(&text).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let logs = doc["logs"].as_array().unwrap();
@@ -88,7 +88,10 @@ fn fit_agrees_with_published_vllm_start_ups() {
     for log in logs {
         let name = log["name"].as_str().unwrap();
         assert!(
-            log["source"].as_str().unwrap().starts_with("https://github.com/"),
+            log["source"]
+                .as_str()
+                .unwrap()
+                .starts_with("https://github.com/"),
             "{name}"
         );
         let row = fit_for(log, dir.path());
@@ -114,7 +117,10 @@ fn fit_agrees_with_published_vllm_start_ups() {
         {
             let weights = b["weights_bytes"].as_f64().unwrap() / GIB;
             if let Some(w) = printed["model_weights_gib"].as_f64() {
-                assert!((weights - w).abs() <= 0.01 * w + 0.01, "{name}: weights {weights}");
+                assert!(
+                    (weights - w).abs() <= 0.01 * w + 0.01,
+                    "{name}: weights {weights}"
+                );
             }
             let term = |k: &str, which: &str| b[k][which].as_f64().unwrap() / GIB;
             let budget = b["budget_bytes"].as_f64().unwrap() / GIB;
@@ -190,7 +196,10 @@ fn a_70b_fp8_model_on_one_80_gb_gpu_at_16k_does_not_fit_with_vllm_defaults() {
     let b = &d["budget"];
     assert_eq!(b["serve"], "vllm");
     assert_eq!(b["fraction"], "0.9");
-    assert!(b["kv_pool_bytes"].as_i64().unwrap() < 16384 * 327_680, "{b}");
+    assert!(
+        b["kv_pool_bytes"].as_i64().unwrap() < 16384 * 327_680,
+        "{b}"
+    );
     for key in ["activation_peak", "non_torch", "cuda_graphs"] {
         assert!(b[key]["bytes"].as_u64().unwrap() > 0, "{key}");
         assert!(b[key]["low_bytes"].as_u64() <= b[key]["high_bytes"].as_u64());
@@ -248,7 +257,15 @@ fn engine_options_of_the_wrong_engine_or_out_of_range_are_refused() {
         );
     }
     let out = cargo_bin_cmd!("iteragpu")
-        .args(["fit", "--parameters", "7B", "--bits", "16", "--serve", "vllm"])
+        .args([
+            "fit",
+            "--parameters",
+            "7B",
+            "--bits",
+            "16",
+            "--serve",
+            "vllm",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -278,7 +295,9 @@ fn llama_8b_on_one_rtx_4090_has_a_ceiling_above_a_measured_65_tokens_per_second(
     let c = row["ceilings"]["decode_tokens_per_s"].as_f64().unwrap();
     assert!(c > 65.2, "{c}");
     // One embedding row a step, not the 1.05 GB table: the bytes read are below the weights.
-    let read = row["ceilings"]["decode_bytes_per_step_per_gpu"].as_f64().unwrap();
+    let read = row["ceilings"]["decode_bytes_per_step_per_gpu"]
+        .as_f64()
+        .unwrap();
     assert!(read < 16_060_522_496.0 - 1_000_000_000.0, "{read}");
     let text = String::from_utf8(
         cargo_bin_cmd!("iteragpu")
@@ -297,10 +316,23 @@ fn a_float32_config_is_served_at_16_bits() {
     let model = repo().join("data/models/gemma-2-9b");
     let m = model.to_str().unwrap();
     let run = |extra: &[&str]| -> Value {
-        let mut a = vec!["fit", "--model", m, "--max-gpus", "1", "--days", "7", "--json"];
+        let mut a = vec![
+            "fit",
+            "--model",
+            m,
+            "--max-gpus",
+            "1",
+            "--days",
+            "7",
+            "--json",
+        ];
         a.extend_from_slice(extra);
         let out = cargo_bin_cmd!("iteragpu").args(&a).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice(&out.stdout).unwrap()
     };
     // As stored (the raw figure, --serve none): 4 bytes a parameter.
@@ -330,12 +362,21 @@ fn a_hub_id_resolves_offline_in_the_local_cache_and_a_miss_says_where_it_looked(
     let out = cargo_bin_cmd!("iteragpu")
         .env_remove("HF_HUB_CACHE")
         .env("HF_HOME", home.path())
-        .args(["fit", "--model", "meta-llama/Llama-3.1-8B", "--max-gpus", "1"])
+        .args([
+            "fit",
+            "--model",
+            "meta-llama/Llama-3.1-8B",
+            "--max-gpus",
+            "1",
+        ])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    let looked = home.path().join("hub").join("models--meta-llama--Llama-3.1-8B");
+    let looked = home
+        .path()
+        .join("hub")
+        .join("models--meta-llama--Llama-3.1-8B");
     assert!(err.contains(&looked.display().to_string()), "{err}");
     // The snapshot refs/main names.
     let repo = home.path().join("hub/models--meta-llama--Llama-3.1-8B");
@@ -365,7 +406,11 @@ fn a_hub_id_resolves_offline_in_the_local_cache_and_a_miss_says_where_it_looked(
         ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["parameters"], 8_030_261_248u64);
 }

@@ -375,7 +375,15 @@ fn a_cpu_probe_is_refused_and_a_gpu_probe_replaces_the_datasheet() {
         .assert()
         .success();
     cargo_bin_cmd!("iteragpu")
-        .args(["fit", "--serve", "none", "--model", llama, "--probe", cpu.to_str().unwrap()])
+        .args([
+            "fit",
+            "--serve",
+            "none",
+            "--model",
+            llama,
+            "--probe",
+            cpu.to_str().unwrap(),
+        ])
         .assert()
         .code(2)
         .stdout(predicate::str::is_empty())
