@@ -677,7 +677,7 @@ mod tests {
             let a = budget(&o(tokens, seqs), &shape, 80 * GIB, false, 16 * GIB, 131_072, 1, true, 0);
             let b = budget(&o(tokens + 1, seqs + 1), &shape, 80 * GIB, false, 16 * GIB, 131_072, 1, true, 0);
             proptest::prop_assert!(b.kv_pool_bytes <= a.kv_pool_bytes);
-            proptest::prop_assert!(a.kv_tokens % 16 == 0);
+            proptest::prop_assert!(a.kv_tokens.is_multiple_of(16));
             proptest::prop_assert!(u128::from(a.kv_tokens) * 131_072 <= a.kv_pool_bytes.max(0) as u128);
         }
     }
