@@ -16,6 +16,7 @@
 
 pub mod config;
 mod error;
+pub mod hub;
 pub mod quant;
 pub mod safetensors;
 

@@ -113,6 +113,10 @@ pub struct StageBytes {
     pub full_kv_bytes_per_token: u128,
     /// KV bytes per token of one sequence in its sliding-window layers (up to the window).
     pub sliding_kv_bytes_per_token: u128,
+    /// Of the weights, the input embedding's on this GPU when a decode step reads only one row
+    /// of it per sequence (first stage, not also serving as the output head there).
+    #[serde(default)]
+    pub input_embedding_bytes: u128,
 }
 
 impl StageBytes {
@@ -203,7 +207,17 @@ pub fn stages(workload: &Workload, layout: &Layout) -> Vec<StageBytes> {
                     .div_ceil(u128::from(layers))
                     .min(n128) as u64
             };
+            // The input embedding, read one row a sequence per step, unless the same table is
+            // this stage's output head too (tied, one stage), read whole.
+            let input_embedding_bytes = match embedding {
+                Some(x) if first && !(x.tied && count == 1) => workload
+                    .weight_bytes
+                    .checked_mul(e)
+                    .map_or(0, |v| v / (p * u128::from(tp))),
+                _ => 0,
+            };
             StageBytes {
+                input_embedding_bytes,
                 layers: n,
                 full_layers: full,
                 parameter_bytes: share(workload.parameter_bytes),

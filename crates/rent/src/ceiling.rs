@@ -4,7 +4,8 @@
 //! slower; no figure here says how much slower.
 //!
 //! - **Decode.** One step gives every sequence of the batch one token. A GPU reads, per step, its
-//!   share of the weights once and the KV cache of every sequence at the full context (sliding
+//!   share of the weights once (of the input embedding, only one row per sequence; the output
+//!   head whole) and the KV cache of every sequence at the full context (sliding
 //!   layers up to their window), so tokens/s <= batch x bandwidth / bytes read. For a mixture of
 //!   experts, a step at batch 1 reads the shared weights and the experts one token uses; as the
 //!   batch grows, each sequence's token is taken to pick its experts independently and uniformly,
@@ -200,8 +201,16 @@ pub fn ceilings(
     let (fraction, experts) = read_fraction(w, batch / micro);
     let mut busiest = 0.0f64;
     let mut pass = 0.0f64;
+    // One embedding row per sequence of the micro-batch, instead of the whole table.
+    let vocab = w
+        .geometry
+        .as_ref()
+        .and_then(|g| g.embedding)
+        .map_or(1.0, |e| e.vocab.max(1) as f64);
+    let rows = (batch / micro).min(vocab);
     for s in stages {
-        let weights = s.weight_bytes as f64 * fraction;
+        let table = s.input_embedding_bytes as f64;
+        let weights = (s.weight_bytes as f64 - table) * fraction + table * rows / vocab;
         let kv = w
             .context
             .and_then(|c| s.kv_bytes_per_sequence(c, window))

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::capacity::{self, ContextLimit, StageBytes, Workload};
 use crate::catalogue::{Catalogue, DURATIONS};
 use crate::ceiling::{self, Ceilings, GpuSpeed};
+use crate::engine::{self, Budget, EngineOptions, Serve, Shape};
 use crate::layout::{self, Layout};
 use crate::units::ratio_half_even;
 
@@ -55,6 +56,19 @@ pub struct Plan {
     pub native_engine: BTreeMap<String, bool>,
     /// A fitting package with less headroom than this is tight.
     pub tight_bytes: u128,
+    /// The serving engine whose budget decides (`None`, or `Serve::None`: the raw figure).
+    pub engine: Option<EnginePlan>,
+}
+
+/// The engine's options and what its budget needs of the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnginePlan {
+    /// The engine and its options.
+    pub options: EngineOptions,
+    /// The model's shape, for the activation estimate.
+    pub shape: Shape,
+    /// A fitting package whose KV pool has less than this share of the card to spare is tight.
+    pub tight_share: Decimal,
 }
 
 impl Default for Plan {
@@ -64,6 +78,7 @@ impl Default for Plan {
             speeds: BTreeMap::new(),
             native_engine: BTreeMap::new(),
             tight_bytes: u128::from(DEFAULT_TIGHT_GIB) << 30,
+            engine: None,
         }
     }
 }
@@ -77,6 +92,11 @@ pub struct FitOption {
     pub model: String,
     /// Lots rented.
     pub lots: u64,
+    /// Machines: one per lot, the catalogue promising no more (two lots are two machines).
+    pub machines: u64,
+    /// The layout spans machines: its tensor-parallel or pipeline traffic crosses the fleet's
+    /// network, which a lot does not promise.
+    pub needs_network: bool,
     /// lots x GPUs per lot: the GPUs the model is split over (tensor parallel x pipeline
     /// stages, see `layout`).
     pub total_gpus: u64,
@@ -121,6 +141,11 @@ pub struct FitOption {
     pub largest_batch: Option<u64>,
     /// Decode and prefill ceilings, for a package that fits: roofline bounds, not predictions.
     pub ceilings: Option<Ceilings>,
+    /// The serving engine's budget on the busiest GPU, term by term (null with `--serve none`
+    /// or without a model geometry).
+    pub budget: Option<Budget>,
+    /// Why the engine would not start, or why it is tight (null when it simply fits).
+    pub reason: Option<String>,
 }
 
 /// One package to judge: a catalogue row x a lot count, or an offer from elsewhere.
@@ -196,6 +221,7 @@ struct Placement {
     problem: Option<String>,
     stages: Vec<StageBytes>,
     need: u128,
+    budget: Option<(Budget, engine::Verdict)>,
 }
 
 fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
@@ -208,6 +234,7 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
             problem: None,
             stages: Vec::new(),
             need: even,
+            budget: None,
         };
     };
     let Some(g) = &w.geometry else {
@@ -223,8 +250,10 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
                 weight_bytes: w.weight_bytes.div_ceil(n),
                 full_kv_bytes_per_token: 0,
                 sliding_kv_bytes_per_token: 0,
+                input_embedding_bytes: 0,
             }],
             need: even,
+            budget: None,
         };
     };
     let window = capacity::window(w);
@@ -234,8 +263,16 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
             problem: Some(problem),
             stages: Vec::new(),
             need: even,
+            budget: None,
         },
         Ok(all) => {
+            if let Some(e) = plan
+                .engine
+                .as_ref()
+                .filter(|e| e.options.serve != Serve::None)
+            {
+                return place_engine(p, w, all, e, inputs.reserve_bytes, even);
+            }
             let mut best: Option<Placement> = None;
             for l in all {
                 let stages = capacity::stages(w, &l);
@@ -246,6 +283,7 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
                     problem: None,
                     stages,
                     need,
+                    budget: None,
                 };
                 if need <= usable {
                     return candidate;
@@ -260,9 +298,100 @@ fn place(p: &Package, inputs: &FitInputs, plan: &Plan) -> Placement {
                 problem: None,
                 stages: Vec::new(),
                 need: even,
+                budget: None,
             })
         }
     }
+}
+
+/// The engine's budget of every stage of a layout, judged; the stage that fares worst speaks
+/// for the layout (a failing one first, then the one with least to spare).
+fn judge_layout(
+    p: &Package,
+    w: &Workload,
+    l: &Layout,
+    stages: &[StageBytes],
+    e: &EnginePlan,
+    reserve: u128,
+) -> (Budget, engine::Verdict, u128) {
+    let usable = u128::from(p.usable_memory_mib) << 20;
+    let a100 = p.gpu.contains("a100");
+    let count = stages.len();
+    let mut worst: Option<(Budget, engine::Verdict, u128)> = None;
+    for (i, s) in stages.iter().enumerate() {
+        let per_token = s.full_kv_bytes_per_token + s.sliding_kv_bytes_per_token;
+        let b = engine::budget(
+            &e.options,
+            &e.shape,
+            usable,
+            a100,
+            s.parameter_bytes,
+            per_token,
+            l.tensor_parallel,
+            i + 1 == count,
+            reserve,
+        );
+        let v = engine::judge(&b, w.context, w.batch, e.tight_share);
+        let kv = w.context.map_or(0, |c| {
+            b.blocks_for(c, w.batch) * per_token * u128::from(b.block_tokens)
+        });
+        let need = b.before_kv() + kv;
+        let rank = |v: &engine::Verdict, b: &Budget| (v.fits, !v.tight, b.kv_pool_bytes);
+        let replace = match &worst {
+            None => true,
+            Some((wb, wv, _)) => rank(&v, &b) < rank(wv, wb),
+        };
+        if replace {
+            worst = Some((b, v, need));
+        }
+    }
+    // `layouts` gives at least one stage.
+    worst.unwrap_or_else(|| {
+        let b = engine::budget(&e.options, &e.shape, usable, a100, 0, 0, 1, true, reserve);
+        let v = engine::judge(&b, w.context, w.batch, e.tight_share);
+        (b, v, 0)
+    })
+}
+
+fn place_engine(
+    p: &Package,
+    w: &Workload,
+    all: Vec<Layout>,
+    e: &EnginePlan,
+    reserve: u128,
+    even: u128,
+) -> Placement {
+    let mut best: Option<Placement> = None;
+    for l in all {
+        let stages = capacity::stages(w, &l);
+        let (b, v, need) = judge_layout(p, w, &l, &stages, e, reserve);
+        let fits = v.fits;
+        let candidate = Placement {
+            layout: Some(l),
+            problem: None,
+            stages,
+            need,
+            budget: Some((b, v)),
+        };
+        if fits {
+            return candidate;
+        }
+        let pool = |c: &Placement| {
+            c.budget
+                .as_ref()
+                .map_or(i128::MIN, |(b, _)| b.kv_pool_bytes)
+        };
+        if best.as_ref().is_none_or(|x| pool(&candidate) > pool(x)) {
+            best = Some(candidate);
+        }
+    }
+    best.unwrap_or(Placement {
+        layout: None,
+        problem: None,
+        stages: Vec::new(),
+        need: even,
+        budget: None,
+    })
 }
 
 /// Judges one package.
@@ -271,14 +400,34 @@ pub fn assess(p: &Package, inputs: &FitInputs, plan: &Plan) -> FitOption {
     let usable = u128::from(p.usable_memory_mib) << 20;
     let placed = place(p, inputs, plan);
     let need = placed.need;
+    // Under an engine, the budget (total x utilisation) is what the need is held against.
+    let against = placed
+        .budget
+        .as_ref()
+        .map_or(usable, |(b, _)| b.budget_bytes);
     let headroom =
-        i128::try_from(usable).unwrap_or(i128::MAX) - i128::try_from(need).unwrap_or(i128::MAX);
+        i128::try_from(against).unwrap_or(i128::MAX) - i128::try_from(need).unwrap_or(i128::MAX);
     let runs = placed.problem.is_none();
-    let fits = runs && need <= usable;
+    let fits = match &placed.budget {
+        Some((_, v)) => runs && v.fits,
+        None => runs && need <= usable,
+    };
     let geometry = plan.workload.as_ref().and_then(|w| w.geometry.as_ref());
     let window = plan.workload.as_ref().and_then(capacity::window);
     let (largest_context, largest_context_limit, largest_batch) =
         match (plan.workload.as_ref(), geometry, placed.layout.is_some()) {
+            (Some(w), Some(g), true) if placed.budget.is_some() => {
+                let b = placed.budget.as_ref().map(|(b, _)| b);
+                let tokens = b.map_or(0, |b| engine::largest_context(b, w.batch));
+                let (c, limit) = match g.max_positions {
+                    Some(m) if tokens > m => (m, ContextLimit::MaxPositionEmbeddings),
+                    _ => (tokens, ContextLimit::Memory),
+                };
+                let batch = w
+                    .context
+                    .map(|ctx| b.map_or(0, |b| engine::largest_batch(b, ctx)));
+                (Some(c), Some(limit), batch)
+            }
             (Some(w), Some(g), true) => {
                 let c = capacity::largest_context(
                     &placed.stages,
@@ -317,6 +466,8 @@ pub fn assess(p: &Package, inputs: &FitInputs, plan: &Plan) -> FitOption {
         gpu: p.gpu.clone(),
         model: p.model.clone(),
         lots: p.lots,
+        machines: p.lots.max(1),
+        needs_network: p.lots > 1 && gpus > 1,
         total_gpus: gpus,
         days: p.days,
         per_gpu_bytes: need,
@@ -335,12 +486,21 @@ pub fn assess(p: &Package, inputs: &FitInputs, plan: &Plan) -> FitOption {
         source: p.source.clone(),
         layout: placed.layout,
         layout_problem: placed.problem,
-        tight: fits && headroom < i128::try_from(plan.tight_bytes).unwrap_or(i128::MAX),
+        tight: match &placed.budget {
+            Some((_, v)) => fits && v.tight,
+            None => fits && headroom < i128::try_from(plan.tight_bytes).unwrap_or(i128::MAX),
+        },
         native_engine: plan.native_engine.get(&p.gpu).copied(),
         largest_context,
         largest_context_limit,
         largest_batch,
         ceilings,
+        reason: placed
+            .budget
+            .as_ref()
+            .map(|(_, v)| v.reason.clone())
+            .filter(|r| !r.is_empty()),
+        budget: placed.budget.map(|(b, _)| b),
     }
 }
 
@@ -558,6 +718,7 @@ mod tests {
                 speeds,
                 native_engine: BTreeMap::new(),
                 tight_bytes: tight_gib * GIB,
+                engine: None,
             },
         )
     }

@@ -14,6 +14,7 @@ pub mod capacity;
 pub mod catalogue;
 pub mod ceiling;
 pub mod datasheet;
+pub mod engine;
 pub mod estimate;
 pub mod fit;
 pub mod layout;

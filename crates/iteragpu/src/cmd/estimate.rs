@@ -55,7 +55,8 @@ pub struct Args {
           requires = "bits")]
     pub parameters: Option<u64>,
 
-    /// A model folder (config.json, *.safetensors, model.safetensors.index.json) or a config.json.
+    /// A model folder (config.json, *.safetensors, model.safetensors.index.json), a config.json,
+    /// or a Hub id (org/name) already in the local Hugging Face cache (nothing is downloaded).
     #[arg(long, value_name = "PATH", conflicts_with = "parameters")]
     pub model: Option<PathBuf>,
 
@@ -153,6 +154,8 @@ pub struct LoadedModel {
 
 /// Reads a model folder; any fault is a data fault (exit 1) named by file.
 pub fn load(path: &std::path::Path, context: Option<u64>) -> anyhow::Result<LoadedModel> {
+    // A Hub id (`org/name`) that is not a path is looked up offline in the local cache.
+    let path = &model::hub::locate(path).map_err(|e| crate::exit::usage(e.to_string()))?;
     let m = model::inspect(path)?;
     let attention = m.architecture.as_ref().map(|a| a.attention.clone());
     let mut notes = Vec::new();

@@ -11,10 +11,11 @@ use rent::capacity::{ContextLimit, Embedding, Geometry, Workload};
 use rent::catalogue::{Catalogue, nearest};
 use rent::ceiling::{self, GpuSpeed};
 use rent::datasheet::{Datasheet, GemmKind};
+use rent::engine::{Budget, EngineOptions, Serve, Shape};
 use rent::estimate::{parse_bits, parse_reserve_gib};
 use rent::fit::{
-    DEFAULT_RESERVE_GIB, DEFAULT_TIGHT_GIB, FitInputs, FitOption, MAX_GPUS, Plan, Selection, Sort,
-    fit_with, select,
+    DEFAULT_RESERVE_GIB, DEFAULT_TIGHT_GIB, EnginePlan, FitInputs, FitOption, MAX_GPUS, Plan,
+    Selection, Sort, fit_with, select,
 };
 use rent::layout::{Heads, RULE};
 use rent::memory::{MemoryEstimate, ModelFacts, memory};
@@ -30,12 +31,25 @@ use crate::output;
 const EXAMPLES: &str = "\
 Examples:
   iteragpu fit --model data/models/llama-3.1-8b --context 8192
+  iteragpu fit --model data/models/llama-3.1-8b --context 16384 --gpu-memory-utilization 0.95 --max-num-seqs 256
+  iteragpu fit --model data/models/qwen3-8b --context 32768 --serve sglang --kv-cache-dtype fp8
+  iteragpu fit --model data/models/llama-3.1-8b --context 8192 --serve none --reserve-gib 2
   iteragpu fit --model data/models/mixtral-8x7b-v0.1 --context 32768 --batch 8 --days 7
   iteragpu fit --model data/models/llama-3.1-8b --context 8192 --fits-only --limit 5
   iteragpu fit --model data/models/llama-3.1-8b --gpu h100-sxm,l40s --sort price-per-mtok
   iteragpu fit --model data/models/llama-3.1-8b --context 8192 --probe probe.json
   iteragpu fit --parameters 70B --bits 16 --max-gpus 8 --json
-  iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --reserve-gib 4
+  iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --serve none --reserve-gib 4
+
+Every GPU is budgeted as the serving engine budgets it at start-up (--serve vllm, the default;
+sglang; or none, the raw figure): vLLM uses total x --gpu-memory-utilization (0.9), minus the
+weights, minus the activation peak of its profiling pass over --max-num-batched-tokens tokens
+and --max-num-seqs rows of logits, minus memory outside PyTorch; the rest is its KV cache, in
+16-token blocks; CUDA graphs (none with --enforce-eager) must fit in what it leaves above the
+budget. SGLang's weights and KV pool take total x --mem-fraction-static. Each term is printed
+for the cheapest package, and every row's terms are in --json; the activation, non-torch and
+graph terms are estimates with their range. A row is tight when its KV pool has under
+--tight-share of the card to spare or an estimate's high end would tip it over.
 
 For every GPU of the catalogue and every number of lots up to --max-gpus GPUs, the model is
 placed as an engine runs it: tensor parallel over a degree that divides the attention heads and
@@ -51,6 +65,11 @@ predictions. Packages that fit come first, cheapest first; the text shows the fi
 iteragpu's native engine (CUDA only) cannot measure: measure --engine torch can, through PyTorch
 for ROCm.";
 
+/// Why the decode ceiling is not a bound under speculative decoding.
+const SPECULATIVE: &str = "the decode ceilings assume one token per sequence per step; with \
+     speculative decoding (a draft model, n-gram or EAGLE/MTP heads) a step can accept several \
+     tokens for one read of the weights, so measured tokens/s may exceed them";
+
 /// The rows the text shows without --limit or --all.
 const DEFAULT_TEXT_ROWS: usize = 10;
 
@@ -62,7 +81,9 @@ const MAX_PROBE_BYTES: u64 = 64 * 1024 * 1024;
 #[command(after_help = EXAMPLES)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["parameters", "model"])))]
 pub struct Args {
-    /// A model folder (config.json, *.safetensors, model.safetensors.index.json) or a config.json.
+    /// A model folder (config.json, *.safetensors, model.safetensors.index.json), a config.json,
+    /// or a Hub id (org/name) already in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME/hub
+    /// or ~/.cache/huggingface/hub; nothing is downloaded).
     #[arg(long, value_name = "PATH", conflicts_with = "parameters")]
     pub model: Option<PathBuf>,
 
@@ -95,6 +116,46 @@ pub struct Args {
     /// (default 1).
     #[arg(long, value_name = "T", value_parser = parse_reserve_gib, allow_hyphen_values = true)]
     pub tight_gib: Option<Decimal>,
+
+    /// The serving engine whose start-up budget decides: vllm, sglang, or none (the usable
+    /// memory minus --reserve-gib, no engine).
+    /// (Default vllm with --model; none with --parameters, which gives no shape to budget.)
+    #[arg(long, value_name = "ENGINE", value_parser = Serve::NAMES)]
+    pub serve: Option<String>,
+
+    /// vLLM's --gpu-memory-utilization: the share of the GPU it budgets (default 0.9).
+    #[arg(long, value_name = "U", value_parser = parse_fraction)]
+    pub gpu_memory_utilization: Option<Decimal>,
+
+    /// vLLM's --max-num-batched-tokens: the tokens of its profiling pass (default 8192 on a GPU
+    /// of 70 GiB or more other than an A100, else 2048, as `vllm serve`).
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub max_num_batched_tokens: Option<u64>,
+
+    /// vLLM's --max-num-seqs: sequences at once, the rows of its profiling sampler run
+    /// (default 1024 on such a GPU, else 256).
+    #[arg(long, value_name = "N", value_parser = parse_count)]
+    pub max_num_seqs: Option<u64>,
+
+    /// vLLM's --enforce-eager: no CUDA graphs.
+    #[arg(long)]
+    pub enforce_eager: bool,
+
+    /// SGLang's --mem-fraction-static: the share weights and KV pool take (default by
+    /// tensor-parallel degree, 0.88 at one GPU).
+    #[arg(long, value_name = "F", value_parser = parse_fraction)]
+    pub mem_fraction_static: Option<Decimal>,
+
+    /// The engine's --kv-cache-dtype: auto (the served dtype), fp8 (fp8_e4m3, fp8_e5m2),
+    /// bfloat16, float16.
+    #[arg(long, value_name = "DTYPE", conflicts_with = "kv_bits",
+          value_parser = ["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "half"])]
+    pub kv_cache_dtype: Option<String>,
+
+    /// A fitting row whose KV pool has less than this share of the card to spare is tight
+    /// (default 0.05; with --serve none, --tight-gib decides).
+    #[arg(long, value_name = "S", value_parser = parse_fraction)]
+    pub tight_share: Option<Decimal>,
 
     /// Only the packages that fit.
     #[arg(long)]
@@ -153,6 +214,25 @@ fn parse_max_gpus(text: &str) -> Result<u32, String> {
     }
 }
 
+fn parse_fraction(text: &str) -> Result<Decimal, String> {
+    match text.trim().parse::<Decimal>() {
+        Ok(v) if v > Decimal::ZERO && v <= Decimal::ONE && v.scale() <= 4 => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not accepted; expected a share above 0 and at most 1, with at most 4 \
+             decimals (0.9)"
+        )),
+    }
+}
+
+fn parse_count(text: &str) -> Result<u64, String> {
+    match text.trim().parse::<u64>() {
+        Ok(v) if v > 0 && v <= 1 << 24 && text.trim().bytes().all(|b| b.is_ascii_digit()) => Ok(v),
+        _ => Err(format!(
+            "`{text}` is not accepted; expected a whole number from 1 to 16777216"
+        )),
+    }
+}
+
 fn parse_limit(text: &str) -> Result<usize, String> {
     match text.trim().parse::<usize>() {
         Ok(v) if v > 0 && text.trim().bytes().all(|b| b.is_ascii_digit()) => Ok(v),
@@ -180,6 +260,23 @@ struct Assumptions {
     kv_cache_per_gpu: String,
     max_position_embeddings: Option<u64>,
     ceilings: String,
+    serve: Serve,
+    engine: Option<EngineUsed>,
+    speculative_decoding: &'static str,
+}
+
+/// The engine options as used.
+#[derive(Debug, Serialize)]
+struct EngineUsed {
+    gpu_memory_utilization: Option<Decimal>,
+    max_num_batched_tokens: Option<u64>,
+    max_num_seqs: Option<u64>,
+    enforce_eager: bool,
+    mem_fraction_static: Option<Decimal>,
+    kv_cache_dtype: String,
+    served_dtype: String,
+    tight_share: Decimal,
+    rule: &'static str,
 }
 
 /// Which rows the document holds.
@@ -230,6 +327,9 @@ struct ConfigExtras {
     embedding: Option<Embedding>,
     max_positions: Option<u64>,
     notes: Vec<String>,
+    intermediate: u64,
+    expert_intermediate: Option<u64>,
+    shared_intermediate: u64,
 }
 
 fn config_extras(path: &Path) -> ConfigExtras {
@@ -262,6 +362,15 @@ fn config_extras(path: &Path) -> ConfigExtras {
             )),
         },
     }
+    out.intermediate = positive("intermediate_size").unwrap_or(0);
+    out.expert_intermediate = positive("moe_intermediate_size");
+    out.shared_intermediate = positive("shared_expert_intermediate_size")
+        .or_else(|| {
+            positive("n_shared_experts")
+                .zip(positive("moe_intermediate_size"))
+                .map(|(n, w)| n * w)
+        })
+        .unwrap_or(0);
     match (positive("vocab_size"), positive("hidden_size")) {
         (Some(vocab), Some(hidden)) => {
             let tied = match field("tie_word_embeddings") {
@@ -467,9 +576,39 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .tight_gib
         .unwrap_or_else(|| Decimal::from(DEFAULT_TIGHT_GIB))
         .normalize();
-    // The reserve is per GPU here, not part of the model's bytes.
-    let options = memory_options(args.bits, Decimal::ZERO, &args.memory);
-    let usage = |err: rent::memory::MemoryError| crate::exit::usage(err.to_string());
+    let serve = match &args.serve {
+        Some(name) => Serve::parse(name).unwrap_or_default(),
+        None if args.model.is_none() => Serve::None,
+        None => Serve::Vllm,
+    };
+    let serve_name = Serve::NAMES[match serve {
+        Serve::Vllm => 0,
+        Serve::Sglang => 1,
+        Serve::None => 2,
+    }];
+    if serve != Serve::Vllm
+        && (args.gpu_memory_utilization.is_some()
+            || args.max_num_batched_tokens.is_some()
+            || args.max_num_seqs.is_some()
+            || args.enforce_eager)
+    {
+        return Err(crate::exit::usage(format!(
+            "--gpu-memory-utilization, --max-num-batched-tokens, --max-num-seqs and \
+             --enforce-eager are vLLM's options; --serve is {serve_name}"
+        )));
+    }
+    if serve != Serve::Sglang && args.mem_fraction_static.is_some() {
+        return Err(crate::exit::usage(format!(
+            "--mem-fraction-static is SGLang's option; --serve is {serve_name}"
+        )));
+    }
+    if serve != Serve::None && (args.reserve_gib.is_some() || args.tight_gib.is_some()) {
+        return Err(crate::exit::usage(format!(
+            "--reserve-gib and --tight-gib belong to --serve none (the raw figure); --serve {} \
+             budgets the engine's own terms (--tight-share sets tight)",
+            serve_name
+        )));
+    }
     let (label, loaded) = match (&args.model, args.parameters) {
         (Some(path), _) => (
             path.display().to_string(),
@@ -494,6 +633,60 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    // The model as the engine serves it: `--dtype auto` serves a float32 checkpoint at 16 bits
+    // (vLLM: bfloat16 where the GPU has it, float16 elsewhere).
+    let mut served_note = None;
+    let mut bits_arg = args.bits;
+    let mut memory_args = args.memory.clone();
+    let stored32 = facts.native_bits == Some(32) && facts.stored_weight_bytes.is_none();
+    let served_dtype = if serve != Serve::None && args.bits.is_none() && stored32 {
+        bits_arg = Some(16);
+        served_note = Some(format!(
+            "config.json declares float32; {} serves it at 16 bits (`--dtype auto`: bfloat16 on \
+             GPUs that have it, float16 elsewhere), so the weights and KV cache are counted at \
+             16 bits (--bits 32 counts them as stored)",
+            serve.label()
+        ));
+        "bfloat16 (from float32, --dtype auto)".to_string()
+    } else {
+        let dtype = loaded
+            .as_ref()
+            .and_then(|l| l.model.architecture.as_ref())
+            .and_then(|a| a.dtype.clone());
+        let quant = loaded
+            .as_ref()
+            .and_then(|l| l.model.architecture.as_ref())
+            .and_then(|a| a.quantization.as_ref());
+        match (args.bits, dtype, quant) {
+            (Some(b), _, _) => format!("{b}-bit weights (--bits)"),
+            (None, d, Some(q)) => format!(
+                "{}-bit {} weights, {} activations",
+                q.bits.or(facts.quantised_bits).unwrap_or(16),
+                q.method.as_deref().unwrap_or("quantised"),
+                d.unwrap_or_else(|| "bfloat16".to_string())
+            ),
+            (None, Some(d), None) => d,
+            (None, None, None) => format!("{}-bit", facts.native_bits.unwrap_or(16)),
+        }
+    };
+    if let Some(kv) = &args.kv_cache_dtype {
+        memory_args.kv_bits = match kv.as_str() {
+            "fp8" | "fp8_e4m3" | "fp8_e5m2" => Some(8),
+            "bfloat16" | "float16" | "half" => Some(16),
+            _ => None,
+        };
+        if memory_args.context.is_none() && memory_args.kv_bits.is_some() {
+            return Err(crate::exit::usage(
+                "--kv-cache-dtype needs --context (the KV cache it sizes)",
+            ));
+        }
+    }
+    if memory_args.kv_bits.is_none() && bits_arg == Some(16) && stored32 {
+        memory_args.kv_bits = memory_args.context.map(|_| 16);
+    }
+    // The reserve is per GPU here, not part of the model's bytes.
+    let options = memory_options(bits_arg, Decimal::ZERO, &memory_args);
+    let usage = |err: rent::memory::MemoryError| crate::exit::usage(err.to_string());
     let estimate = memory(&facts, &options).map_err(usage)?;
     let probe = match &args.probe {
         Some(p) => {
@@ -523,11 +716,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         heads,
     };
     let extras = match (&args.model, architecture) {
-        (Some(path), Some(_)) => config_extras(path),
+        (Some(path), Some(_)) => config_extras(&model::hub::locate(path).unwrap_or(path.clone())),
         _ => ConfigExtras::default(),
     };
     let native_bits = facts.native_bits.unwrap_or(16);
-    let bits = args.bits.unwrap_or(native_bits);
+    let bits = bits_arg.unwrap_or(native_bits);
     let kv_bits = estimate.kv_bits.unwrap_or(native_bits);
     let kv_total = estimate.kv_cache_bytes.unwrap_or(0);
     // What the total counts besides the KV cache and the training states: the weights and
@@ -569,11 +762,54 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .and_modify(|c: &mut bool| *c = *c || cuda)
             .or_insert(cuda);
     }
+    let tight_share = args.tight_share.unwrap_or(Decimal::new(5, 2));
+    let engine_options = EngineOptions {
+        serve,
+        gpu_memory_utilization: args.gpu_memory_utilization,
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        max_num_seqs: args.max_num_seqs,
+        enforce_eager: args.enforce_eager,
+        mem_fraction_static: args.mem_fraction_static,
+    };
+    let shape = architecture.map(|a| {
+        let experts = a.experts;
+        Shape {
+            hidden: extras.embedding.map_or(0, |e| e.hidden),
+            intermediate: match experts {
+                Some(_) => extras.expert_intermediate.unwrap_or(extras.intermediate),
+                None => extras.intermediate,
+            },
+            experts,
+            shared_intermediate: extras.shared_intermediate,
+            vocab: extras.embedding.map_or(0, |e| e.vocab),
+            heads: a.attention.heads,
+            kv_heads: a.attention.kv_heads,
+            head_dim: a.attention.head_dim,
+            activation_bytes: if bits >= 32 { 4 } else { 2 },
+        }
+    });
+    let engine_plan = match (serve, shape) {
+        (Serve::None, _) | (_, None) => None,
+        (_, Some(shape)) => Some(EnginePlan {
+            options: engine_options.clone(),
+            shape,
+            tight_share,
+        }),
+    };
+    if serve != Serve::None && engine_plan.is_none() {
+        return Err(crate::exit::usage(format!(
+            "--serve {} budgets the engine from the model's shape (hidden size, layers, heads, \
+             vocabulary), which only --model with a config.json of a known architecture gives; \
+             with --parameters pass --serve none",
+            serve_name
+        )));
+    }
     let plan = Plan {
         speeds: speeds(&catalogue, &datasheet, probe.as_ref(), bits, dtype),
         native_engine,
         tight_bytes: gib_bytes(tight),
         workload: Some(workload.clone()),
+        engine: engine_plan,
     };
     let all_rows = fit_with(&catalogue, &inputs, &plan);
     let filtered = select(
@@ -602,6 +838,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
     );
     let mut notes: Vec<String> = estimate.assumptions.clone();
+    notes.extend(served_note);
+    if serve == Serve::Vllm && args.memory.context.is_none() {
+        notes.push(
+            "without --context one KV block is asked for; vLLM's own --max-model-len defaults to \
+             max_position_embeddings and it refuses to start when the pool holds fewer tokens"
+                .to_string(),
+        );
+    }
     if let Some(l) = &loaded {
         notes.extend(l.notes.iter().cloned());
     }
@@ -634,7 +878,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let kv_cache_per_gpu = format!("{kv_cache_per_gpu}{latent}");
     let mut ceiling_text = format!(
         "{}: decode tokens/s <= batch x memory bandwidth per GPU / bytes the busiest GPU reads \
-         per step (its weights once and the KV cache of every sequence at the context); prefill \
+         per step (its weights once, of the input embedding one row per sequence, the output head whole, and the KV cache of every sequence at the context); tensor-parallel layouts read a T-th each, pipeline stages are bounded stage by stage per micro-batch; prefill \
          tokens/s <= GPUs x dense peak / (2 x active parameters + attention) FLOP per token",
         ceiling::BOUND
     );
@@ -649,7 +893,38 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             workload.batch
         );
     }
+    let engine_used = (serve != Serve::None).then(|| EngineUsed {
+        gpu_memory_utilization: (serve == Serve::Vllm)
+            .then(|| args.gpu_memory_utilization.unwrap_or(Decimal::new(9, 1))),
+        max_num_batched_tokens: args.max_num_batched_tokens,
+        max_num_seqs: args.max_num_seqs,
+        enforce_eager: args.enforce_eager,
+        mem_fraction_static: args.mem_fraction_static,
+        kv_cache_dtype: args
+            .kv_cache_dtype
+            .clone()
+            .unwrap_or_else(|| "auto".to_string()),
+        served_dtype: served_dtype.clone(),
+        tight_share,
+        rule: match serve {
+            Serve::Vllm => {
+                "vLLM (v1 gpu_worker determine_available_memory): KV pool = total x \
+                 gpu_memory_utilization - weights - profile-run activation peak - non-torch \
+                 memory, cut into 16-token blocks; CUDA graphs are captured afterwards, out of \
+                 total x (1 - gpu_memory_utilization); max_num_batched_tokens and max_num_seqs \
+                 default per GPU (null here: the engine's default, in each row's budget)"
+            }
+            _ => {
+                "SGLang (model_runner profile_max_num_token): KV pool = total x \
+                 mem_fraction_static - weights - the memory used before it is sized; \
+                 activations and CUDA graphs live in total x (1 - mem_fraction_static)"
+            }
+        },
+    });
     let assumptions = Assumptions {
+        serve,
+        engine: engine_used,
+        speculative_decoding: SPECULATIVE,
         reserve_gib_per_gpu: reserve,
         reserve_given,
         split: "the layout of each row: weights divided over its tensor-parallel GPUs (KV \
@@ -725,6 +1000,120 @@ fn per_mtok(cents: Decimal) -> String {
     }
 }
 
+fn gib2(bytes: u128) -> String {
+    format!("{:.2}", bytes as f64 / f64::from(1u32 << 30))
+}
+
+/// The engine's budget on the busiest GPU of one row, term by term.
+fn render_budget(o: &FitOption, b: &Budget) -> String {
+    let mut s = String::new();
+    let what = match b.serve {
+        Serve::Vllm => "gpu_memory_utilization",
+        _ => "mem_fraction_static",
+    };
+    let _ = writeln!(
+        s,
+        "{} budget per GPU, {} x {} ({} GPU{}{}), GiB:",
+        b.serve.label(),
+        o.lots,
+        o.gpu,
+        o.total_gpus,
+        if o.total_gpus == 1 { "" } else { "s" },
+        o.layout
+            .as_ref()
+            .map(|l| format!(", {}", l.label()))
+            .unwrap_or_default()
+    );
+    let _ = writeln!(
+        s,
+        "  total memory                {:>8}",
+        gib2(b.total_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  x {what} {:<4} {:>8}",
+        b.fraction,
+        gib2(b.budget_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "  - weights as loaded         {:>8}",
+        gib2(b.weights_bytes)
+    );
+    let range = |e: &rent::engine::Estimated| {
+        format!(
+            "(estimate, {} to {})",
+            gib2(e.low_bytes),
+            gib2(e.high_bytes)
+        )
+    };
+    if b.serve == Serve::Vllm {
+        let _ = writeln!(
+            s,
+            "  - activation peak           {:>8}  {} of the profile run: {} batched tokens, {} \
+             rows of logits",
+            gib2(b.activation_peak.bytes),
+            range(&b.activation_peak),
+            b.max_num_batched_tokens.unwrap_or(0),
+            b.max_num_seqs
+                .unwrap_or(0)
+                .min(b.max_num_batched_tokens.unwrap_or(0))
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  - non-torch memory          {:>8}  {}",
+        gib2(b.non_torch.bytes),
+        range(&b.non_torch)
+    );
+    let _ = writeln!(
+        s,
+        "  = KV cache pool             {:>8}  {} tokens in {} blocks of {} ({} bytes a token)",
+        format!("{:.2}", b.kv_pool_bytes as f64 / f64::from(1u32 << 30)),
+        b.kv_tokens,
+        b.kv_blocks,
+        b.block_tokens,
+        b.kv_bytes_per_token
+    );
+    match b.serve {
+        Serve::Vllm => {
+            let _ = writeln!(
+                s,
+                "  CUDA graphs                 {:>8}  {}, in the {} GiB left above the budget",
+                gib2(b.cuda_graphs.bytes),
+                if b.cuda_graphs_captured {
+                    range(&b.cuda_graphs)
+                } else {
+                    "(--enforce-eager: none)".to_string()
+                },
+                gib2(b.margin_bytes)
+            );
+        }
+        _ => {
+            let _ = writeln!(
+                s,
+                "  activations + CUDA graphs   {:>8}  (estimate), in the {} GiB outside the \
+                 static fraction",
+                gib2(b.activation_peak.bytes + b.cuda_graphs.bytes),
+                gib2(b.margin_bytes)
+            );
+        }
+    }
+    let verdict = match (o.fits, o.tight) {
+        (true, false) => "fits".to_string(),
+        (true, true) => format!("tight: {}", o.reason.as_deref().unwrap_or("")),
+        (false, _) => format!(
+            "does not fit: {}",
+            o.reason
+                .as_deref()
+                .or(o.layout_problem.as_deref())
+                .unwrap_or("")
+        ),
+    };
+    let _ = writeln!(s, "  verdict: {verdict}");
+    s
+}
+
 fn render(d: &Document, all: &[FitOption]) -> String {
     let mut s = String::new();
     let a = &d.assumptions;
@@ -781,21 +1170,65 @@ fn render(d: &Document, all: &[FitOption]) -> String {
                 .unwrap_or_default()
         );
     }
-    let _ = writeln!(
-        s,
-        "  reserve        {} GiB per GPU ({})",
-        a.reserve_gib_per_gpu,
-        if a.reserve_given {
-            "your --reserve-gib"
-        } else {
-            "default assumption; --reserve-gib changes it"
+    match &a.engine {
+        None => {
+            let _ = writeln!(
+                s,
+                "  serve          none: the raw figure, usable memory minus a flat reserve \
+                 (--serve vllm or sglang budgets an engine)"
+            );
+            let _ = writeln!(
+                s,
+                "  reserve        {} GiB per GPU ({})",
+                a.reserve_gib_per_gpu,
+                if a.reserve_given {
+                    "your --reserve-gib"
+                } else {
+                    "default assumption; --reserve-gib changes it"
+                }
+            );
+            let _ = writeln!(
+                s,
+                "  tight          headroom under {} GiB per GPU (--tight-gib changes it)",
+                a.tight_headroom_gib
+            );
         }
-    );
-    let _ = writeln!(
-        s,
-        "  tight          headroom under {} GiB per GPU (--tight-gib changes it)",
-        a.tight_headroom_gib
-    );
+        Some(e) => {
+            let opts = match a.serve {
+                Serve::Vllm => format!(
+                    "--gpu-memory-utilization {}{}{}{}",
+                    e.gpu_memory_utilization.unwrap_or_default(),
+                    e.max_num_batched_tokens
+                        .map(|n| format!(" --max-num-batched-tokens {n}"))
+                        .unwrap_or_default(),
+                    e.max_num_seqs
+                        .map(|n| format!(" --max-num-seqs {n}"))
+                        .unwrap_or_default(),
+                    if e.enforce_eager {
+                        " --enforce-eager"
+                    } else {
+                        ""
+                    }
+                ),
+                _ => e
+                    .mem_fraction_static
+                    .map(|f| format!("--mem-fraction-static {f}"))
+                    .unwrap_or_else(|| "--mem-fraction-static by tensor-parallel degree".into()),
+            };
+            let _ = writeln!(s, "  serve          {} {opts}", a.serve.label());
+            let _ = writeln!(
+                s,
+                "  served as      {}, KV cache {}",
+                e.served_dtype, e.kv_cache_dtype
+            );
+            let _ = writeln!(
+                s,
+                "  tight          KV pool to spare under {}% of the card, or an estimate's high \
+                 end over the edge (--tight-share changes it)",
+                (e.tight_share * Decimal::from(100)).normalize()
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "  ceilings from  {}",
@@ -833,6 +1266,9 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         let mut marks = Vec::new();
         if o.native_engine == Some(false) {
             marks.push("ROCm");
+        }
+        if o.needs_network {
+            marks.push("NET");
         }
         if o.example {
             marks.push("EXAMPLE");
@@ -920,6 +1356,22 @@ fn render(d: &Document, all: &[FitOption]) -> String {
     }
     let sel = &d.selection;
     let _ = writeln!(s);
+    let considered_budget: Vec<&FitOption> = all
+        .iter()
+        .filter(|o| sel.gpu.as_ref().is_none_or(|g| g.contains(&o.gpu)))
+        .collect();
+    let headline = considered_budget
+        .iter()
+        .find(|o| o.fits && o.machines == 1)
+        .or_else(|| considered_budget.iter().find(|o| o.fits))
+        .copied()
+        .or_else(|| d.options.first());
+    if let Some(o) = headline
+        && let Some(b) = &o.budget
+    {
+        s.push_str(&render_budget(o, b));
+        let _ = writeln!(s);
+    }
     let pool = if sel.fits_only {
         sel.rows_fitting
     } else {
@@ -950,13 +1402,19 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         .iter()
         .filter(|o| sel.gpu.as_ref().is_none_or(|g| g.contains(&o.gpu)))
         .collect();
-    match considered.iter().find(|o| o.fits) {
+    let one_machine = considered.iter().find(|o| o.fits && o.machines == 1);
+    match one_machine.or_else(|| considered.iter().find(|o| o.fits)) {
         Some(best) => {
             let _ = writeln!(
                 s,
-                "{} of {} packages fit. Cheapest: {} x {} ({} GPU{}{}), {} days, {} {}{}.",
+                "{} of {} packages fit. Cheapest{}: {} x {} ({} GPU{}{}), {} days, {} {}{}.",
                 sel.rows_fitting,
                 sel.rows_total,
+                if best.machines == 1 {
+                    " on one machine"
+                } else {
+                    " (no package fits on one machine; it needs the fleet's network)"
+                },
                 best.lots,
                 best.gpu,
                 best.total_gpus,
@@ -974,8 +1432,15 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         None => {
             let _ = writeln!(
                 s,
-                "None of the {} packages up to {} GPUs fits: raise --max-gpus, lower --bits or --context.",
-                sel.rows_total, a.max_gpus
+                "None of the {} packages up to {} GPUs fits: raise --max-gpus, lower --bits or --context{}.",
+                sel.rows_total,
+                a.max_gpus,
+                match a.serve {
+                    Serve::Vllm =>
+                        ", or give vLLM more room (--max-num-seqs, --gpu-memory-utilization, --enforce-eager)",
+                    Serve::Sglang => ", or raise --mem-fraction-static",
+                    Serve::None => "",
+                }
             );
         }
     }
@@ -991,6 +1456,7 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         "Ceilings: {}. Prefill ceilings and every figure behind them are in --json.",
         a.ceilings
     );
+    let _ = writeln!(s, "Speculative decoding: {}.", a.speculative_decoding);
     if let Some(p) = &d.probe {
         let _ = writeln!(
             s,
@@ -1006,9 +1472,20 @@ fn render(d: &Document, all: &[FitOption]) -> String {
     if shown.iter().any(|o| o.tight) {
         let _ = writeln!(
             s,
-            "tight = fits with under {} GiB of headroom per GPU beyond the reserve: fragmentation, \
-             CUDA graphs or a longer prompt can tip it over.",
-            a.tight_headroom_gib
+            "{}",
+            match &a.engine {
+                None => format!(
+                    "tight = fits with under {} GiB of headroom per GPU beyond the reserve: \
+                     fragmentation, CUDA graphs or a longer prompt can tip it over.",
+                    a.tight_headroom_gib
+                ),
+                Some(e) => format!(
+                    "tight = fits with under {}% of the card to spare in the KV pool, or an \
+                     estimate's high end (activation peak, non-torch memory, CUDA graphs) would \
+                     tip it over: --json has each row's reason.",
+                    (e.tight_share * Decimal::from(100)).normalize()
+                ),
+            }
         );
     }
     if shown
@@ -1038,6 +1515,15 @@ fn render(d: &Document, all: &[FitOption]) -> String {
              measures it through PyTorch for ROCm; its ceilings are the datasheet's."
         );
     }
+    if shown.iter().any(|o| o.needs_network) {
+        let _ = writeln!(
+            s,
+            "NET = several lots, so several machines (the catalogue promises no more): the \
+             layout's tensor-parallel or pipeline traffic crosses the fleet's network \
+             (InfiniBand or RoCE), which a lot does not promise; a package of one lot stays on \
+             one machine."
+        );
+    }
     if shown.iter().any(|o| o.example) {
         let _ = writeln!(
             s,
@@ -1046,7 +1532,13 @@ fn render(d: &Document, all: &[FitOption]) -> String {
     }
     let _ = writeln!(
         s,
-        "Not included: {}. A package price is not availability: check the provider's offer.",
+        "Not included{}: {}. A package price is not availability: check the provider's offer.",
+        if a.engine.is_some() {
+            " in the model memory line (the engine's budget counts activations, non-torch \
+             memory and CUDA graphs)"
+        } else {
+            ""
+        },
         e.base.excluded.join(", ")
     );
     s

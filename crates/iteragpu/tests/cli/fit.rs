@@ -119,6 +119,8 @@ fn llama_need(tp: u128, pp: u128, context: u128, reserve: u128) -> u128 {
 fn an_8b_model_at_context_8192_lists_the_cheapest_fitting_package_first() {
     let doc = run_json(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         models("llama-3.1-8b").to_str().unwrap(),
         "--context",
@@ -175,6 +177,8 @@ fn an_8b_model_at_context_8192_lists_the_cheapest_fitting_package_first() {
     assert!(fits.windows(2).all(|w| w[0] || !w[1]));
     let text = run_text(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         models("llama-3.1-8b").to_str().unwrap(),
         "--context",
@@ -235,6 +239,8 @@ fn llama_8b_on_one_h100_holds_the_context_and_batch_its_bytes_allow() {
     let row = |extra: &[&str]| -> Value {
         let mut args = vec![
             "fit",
+            "--serve",
+            "none",
             "--model",
             llama,
             "--gpu",
@@ -280,11 +286,13 @@ fn llama_8b_on_one_h100_holds_the_context_and_batch_its_bytes_allow() {
     let o = row(&["--context", "8192", "--batch", "4", "--reserve-gib", "60"]);
     assert_eq!(o["largest_context"], json!((free60 / 4 / per_token) as u64));
     // The decode ceiling: the datasheet's 3350 GB/s over the weights and the 8192 tokens' cache
-    // read once per step.
+    // read once per step, of the input embedding (128256 x 4096 at 2 bytes) only the one row
+    // the sequence's token looks up.
     let o = row(&["--context", "8192"]);
     let c = &o["ceilings"];
-    let bytes = weights + per_token * 8192;
-    assert_eq!(bytes, 17_134_264_320);
+    let table = 128_256 * 4096 * 2u128;
+    let bytes = weights - table + 4096 * 2 + per_token * 8192;
+    assert_eq!(bytes, 16_083_599_360);
     assert_eq!(c["decode_bytes_per_step_per_gpu"], json!(bytes as f64));
     assert_eq!(c["memory_bandwidth_gb_s"], json!(3350.0));
     assert!(close(
@@ -318,6 +326,8 @@ fn llama_8b_on_one_h100_holds_the_context_and_batch_its_bytes_allow() {
     // The text says the cap and what the ceilings are.
     let text = run_text(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         llama,
         "--context",
@@ -365,7 +375,15 @@ fn a_cpu_probe_is_refused_and_a_gpu_probe_replaces_the_datasheet() {
         .assert()
         .success();
     cargo_bin_cmd!("iteragpu")
-        .args(["fit", "--model", llama, "--probe", cpu.to_str().unwrap()])
+        .args([
+            "fit",
+            "--serve",
+            "none",
+            "--model",
+            llama,
+            "--probe",
+            cpu.to_str().unwrap(),
+        ])
         .assert()
         .code(2)
         .stdout(predicate::str::is_empty())
@@ -410,6 +428,8 @@ fn a_cpu_probe_is_refused_and_a_gpu_probe_replaces_the_datasheet() {
     std::fs::write(&doctored, serde_json::to_vec(&doc).unwrap()).unwrap();
     let out = run_json(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         llama,
         "--context",
@@ -430,7 +450,8 @@ fn a_cpu_probe_is_refused_and_a_gpu_probe_replaces_the_datasheet() {
     let source = c["bandwidth_source"].as_str().unwrap();
     assert!(source.starts_with("probe "), "{source}");
     assert!(source.contains("doctored.json"), "{source}");
-    let bytes = (LLAMA_PARAMETERS * 2 + 131_072 * 8192) as f64;
+    // The weights less the input embedding's table but one row, and the 8192 tokens' cache.
+    let bytes = (LLAMA_PARAMETERS * 2 - 128_256 * 4096 * 2 + 4096 * 2 + 131_072 * 8192) as f64;
     assert!(close(
         c["decode_tokens_per_s"].as_f64().unwrap(),
         2469e9 / bytes
@@ -457,6 +478,8 @@ fn a_cpu_probe_is_refused_and_a_gpu_probe_replaces_the_datasheet() {
     }
     let text = run_text(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         llama,
         "--context",
@@ -485,6 +508,8 @@ fn mixtral_at_32k_by_8_runs_only_layouts_its_heads_allow() {
     let mixtral = mixtral.to_str().unwrap();
     let base = [
         "fit",
+        "--serve",
+        "none",
         "--model",
         mixtral,
         "--context",
@@ -555,6 +580,8 @@ fn filters_and_orders_keep_the_rows_asked_for() {
     let llama = llama.to_str().unwrap();
     let doc = run_json(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         llama,
         "--context",
@@ -578,6 +605,8 @@ fn filters_and_orders_keep_the_rows_asked_for() {
     assert!(head.windows(2).all(|w| w[0] >= w[1]), "{head:?}");
     let doc = run_json(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         llama,
         "--context",
@@ -603,7 +632,7 @@ fn filters_and_orders_keep_the_rows_asked_for() {
         .collect();
     assert!(per.windows(2).all(|w| w[0] <= w[1]), "{per:?}");
     cargo_bin_cmd!("iteragpu")
-        .args(["fit", "--model", llama, "--gpu", "h100"])
+        .args(["fit", "--serve", "none", "--model", llama, "--gpu", "h100"])
         .assert()
         .code(2)
         .stderr(predicate::str::contains(
@@ -619,6 +648,8 @@ fn the_breakdown_names_every_part_of_the_total() {
     let qwen = models("qwen2.5-7b");
     let args = [
         "fit",
+        "--serve",
+        "none",
         "--model",
         qwen.to_str().unwrap(),
         "--bits",
@@ -1035,6 +1066,8 @@ fn help_teaches_with_examples() {
 fn fit_json_keeps_every_key_and_adds_the_new_ones() {
     let doc = run_json(&[
         "fit",
+        "--serve",
+        "none",
         "--model",
         models("llama-3.1-8b").to_str().unwrap(),
         "--context",

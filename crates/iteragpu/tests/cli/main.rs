@@ -3,6 +3,7 @@
 mod completions;
 mod engine;
 mod engine_bounds;
+mod engine_logs;
 mod environment;
 mod errors;
 mod estimate;

@@ -1,0 +1,684 @@
+//! The serving engine's memory budget on one GPU, term by term, as the engine itself computes it
+//! at start-up, so that `fit` says "fits" only where the engine starts.
+//!
+//! - **vLLM** (`vllm/v1/worker/gpu_worker.py`, `determine_available_memory`): the instance may
+//!   use `total x --gpu-memory-utilization` (0.9); from that it takes the weights as loaded,
+//!   the peak of its profiling forward pass (a dummy batch of `--max-num-batched-tokens`
+//!   tokens, then a dummy sampler run over `min(--max-num-seqs, tokens)` rows of logits), and
+//!   the memory allocated outside PyTorch (cuBLAS workspaces, NCCL and custom all-reduce
+//!   buffers); what is left is the KV cache, cut into blocks of 16 tokens
+//!   (`vllm/v1/core/kv_cache_utils.py`). CUDA graphs are captured after the KV cache is
+//!   allocated, so they come out of the `1 - utilization` margin, not out of the budget.
+//! - **SGLang** (`python/sglang/srt/model_executor/model_runner.py`, `profile_max_num_token`):
+//!   weights and KV pool together take `total x --mem-fraction-static`; the rest is left to
+//!   activations and CUDA graphs; tokens are pages of one.
+//! - **none**: the raw figure, the whole usable memory minus a flat per-GPU reserve.
+//!
+//! The weights and the KV bytes per token are exact; the activation peak, the non-torch memory
+//! and the CUDA graphs are estimates from the model's shape, each with the range it may be off
+//! by, said in words.
+
+use rust_decimal::Decimal;
+use rust_decimal::prelude::ToPrimitive;
+use serde::Serialize;
+
+const GIB: u128 = 1 << 30;
+
+/// vLLM's KV cache block, in tokens (`--block-size` 16 on CUDA).
+pub const VLLM_BLOCK_TOKENS: u64 = 16;
+
+/// Bytes the profiling sampler run holds per element of its logits (rows x vocabulary): the
+/// 16-bit logits, their float32 copy, the probabilities, the sort's values and int64 indices
+/// and the cumulative sum of top-p. Checked against published logs (a 128256-token vocabulary
+/// at 256 rows: 1.26 GiB; a 201088-token vocabulary at 1024 rows: 7.4 to 7.6 GiB with the
+/// non-torch memory); off by up to a quarter either way (FlashInfer's sampler holds less).
+pub const SAMPLER_BYTES_PER_LOGIT: u128 = 40;
+
+/// Which engine's budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Serve {
+    /// vLLM (`vllm serve`), the default.
+    #[default]
+    Vllm,
+    /// SGLang (`python -m sglang.launch_server`).
+    Sglang,
+    /// No engine: the usable memory minus a flat reserve.
+    None,
+}
+
+impl Serve {
+    /// The names `--serve` takes.
+    pub const NAMES: [&'static str; 3] = ["vllm", "sglang", "none"];
+
+    /// Reads a `--serve` value.
+    pub fn parse(text: &str) -> Option<Serve> {
+        match text.trim() {
+            "vllm" => Some(Serve::Vllm),
+            "sglang" => Some(Serve::Sglang),
+            "none" => Some(Serve::None),
+            _ => None,
+        }
+    }
+
+    /// The engine's name in sentences.
+    pub fn label(self) -> &'static str {
+        match self {
+            Serve::Vllm => "vLLM",
+            Serve::Sglang => "SGLang",
+            Serve::None => "no engine",
+        }
+    }
+}
+
+/// The engine's options, named as the engine names them; `None` takes the engine's default.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EngineOptions {
+    /// Which engine.
+    pub serve: Serve,
+    /// vLLM `--gpu-memory-utilization` (default 0.9).
+    pub gpu_memory_utilization: Option<Decimal>,
+    /// vLLM `--max-num-batched-tokens` (default 8192 on a GPU of 70 GiB or more other than an
+    /// A100, else 2048: `vllm serve`'s defaults).
+    pub max_num_batched_tokens: Option<u64>,
+    /// vLLM `--max-num-seqs` (default 1024 on such a GPU, else 256).
+    pub max_num_seqs: Option<u64>,
+    /// vLLM `--enforce-eager`: no CUDA graphs.
+    pub enforce_eager: bool,
+    /// SGLang `--mem-fraction-static` (default by tensor-parallel degree: 0.88 at 1, 0.87 at 2,
+    /// 0.85 at 4, 0.81 at 8, 0.79 beyond).
+    pub mem_fraction_static: Option<Decimal>,
+}
+
+/// What the activation estimate needs of the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Shape {
+    /// Hidden width.
+    pub hidden: u64,
+    /// Width of the dense MLP one token runs (its intermediate size); for a mixture of experts,
+    /// one expert's.
+    pub intermediate: u64,
+    /// Mixture of experts: (experts, experts per token).
+    pub experts: Option<(u64, u64)>,
+    /// A shared expert's (or dense layers') intermediate size beside the routed experts.
+    pub shared_intermediate: u64,
+    /// Vocabulary rows of the logits.
+    pub vocab: u64,
+    /// Query heads, KV heads, head width.
+    pub heads: u64,
+    /// KV heads.
+    pub kv_heads: u64,
+    /// Width of one head.
+    pub head_dim: u64,
+    /// Bytes of one activation element (2 at 16 bits).
+    pub activation_bytes: u64,
+}
+
+/// One estimated term: the figure used and the range it may be off by.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Estimated {
+    /// The bytes used in the budget.
+    pub bytes: u128,
+    /// The least it could be.
+    pub low_bytes: u128,
+    /// The most it could be.
+    pub high_bytes: u128,
+    /// How it is estimated, in words.
+    pub rule: String,
+}
+
+/// The engine's budget on the busiest GPU of a package, term by term.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Budget {
+    /// Which engine.
+    pub serve: Serve,
+    /// The memory a CUDA/ROCm process sees on the GPU (the engine's `total_gpu_memory`).
+    pub total_bytes: u128,
+    /// `--gpu-memory-utilization` (vLLM) or `--mem-fraction-static` (SGLang); 1 with none.
+    pub fraction: Decimal,
+    /// floor(total x fraction): what the engine lets itself use.
+    pub budget_bytes: u128,
+    /// The weights on this GPU, as loaded.
+    pub weights_bytes: u128,
+    /// The profiling pass's activation peak (vLLM subtracts it; SGLang leaves it to the margin).
+    pub activation_peak: Estimated,
+    /// Memory allocated outside PyTorch (vLLM subtracts it; SGLang's is the CUDA context).
+    pub non_torch: Estimated,
+    /// CUDA graphs (0 with `--enforce-eager`): captured after the KV cache, out of the margin.
+    pub cuda_graphs: Estimated,
+    /// With none: the flat reserve.
+    pub reserve_bytes: u128,
+    /// total - budget: what the engine leaves unused (and where CUDA graphs go).
+    pub margin_bytes: u128,
+    /// budget - weights - the subtracted terms: the KV cache pool (negative: the engine does
+    /// not start).
+    pub kv_pool_bytes: i128,
+    /// Tokens per KV block (16 in vLLM, 1 in SGLang).
+    pub block_tokens: u64,
+    /// KV bytes of one token on this GPU (every layer it holds).
+    pub kv_bytes_per_token: u128,
+    /// Whole blocks in the pool.
+    pub kv_blocks: u64,
+    /// kv_blocks x block_tokens: the engine's "GPU KV cache size" on this GPU.
+    pub kv_tokens: u64,
+    /// The batched-token budget of the profile run.
+    pub max_num_batched_tokens: Option<u64>,
+    /// The most sequences the engine runs at once.
+    pub max_num_seqs: Option<u64>,
+    /// Whether CUDA graphs are captured.
+    pub cuda_graphs_captured: bool,
+}
+
+impl Budget {
+    /// The bytes taken from the budget before the KV cache: weights and the subtracted terms.
+    pub fn before_kv(&self) -> u128 {
+        match self.serve {
+            Serve::Vllm => self.weights_bytes + self.activation_peak.bytes + self.non_torch.bytes,
+            Serve::Sglang => self.weights_bytes + self.non_torch.bytes,
+            Serve::None => self.weights_bytes + self.reserve_bytes,
+        }
+    }
+
+    /// Whole blocks of `per_sequence_tokens` tokens `batch` sequences take.
+    pub fn blocks_for(&self, context: u64, batch: u64) -> u128 {
+        u128::from(context.div_ceil(self.block_tokens.max(1))) * u128::from(batch)
+    }
+}
+
+/// `vllm serve`'s defaults for a GPU of `total` bytes (`vllm/engine/arg_utils.py`): 8192
+/// batched tokens and 1024 sequences on a GPU of 70 GiB or more other than an A100, else 2048
+/// and 256.
+pub fn vllm_defaults(total: u128, a100: bool) -> (u64, u64) {
+    if total >= 70 * GIB && !a100 {
+        (8192, 1024)
+    } else {
+        (2048, 256)
+    }
+}
+
+/// SGLang's default `--mem-fraction-static` by tensor-parallel degree.
+pub fn sglang_default_fraction(tp: u64) -> Decimal {
+    match tp {
+        0 | 1 => Decimal::new(88, 2),
+        2..=3 => Decimal::new(87, 2),
+        4..=7 => Decimal::new(85, 2),
+        8..=15 => Decimal::new(81, 2),
+        _ => Decimal::new(79, 2),
+    }
+}
+
+fn scaled(bytes: u128, num: u128, den: u128) -> u128 {
+    bytes.saturating_mul(num) / den.max(1)
+}
+
+/// floor(total x fraction), the fraction having at most 28 decimals.
+pub fn fraction_of(total: u128, fraction: Decimal) -> u128 {
+    let scale = 10u128.pow(fraction.scale());
+    total.saturating_mul(fraction.mantissa().unsigned_abs()) / scale
+}
+
+/// The forward pass's activation bytes for `tokens` tokens on one GPU of tensor-parallel degree
+/// `tp`: the residual stream and the normalised hidden states, the query/key/value projections
+/// and the attention output (a T-th of the heads), and the MLP's gate/up output and activation
+/// (a T-th of its width; for a mixture of experts, every token's experts, as the fused kernel's
+/// caches hold them).
+pub fn forward_bytes(shape: &Shape, tokens: u64, tp: u64) -> u128 {
+    let t = u128::from(tp.max(1));
+    let a = u128::from(shape.activation_bytes.max(1));
+    let hidden = u128::from(shape.hidden);
+    let qkv = u128::from(shape.heads + 2 * shape.kv_heads) * u128::from(shape.head_dim) / t;
+    let attn = u128::from(shape.heads) * u128::from(shape.head_dim) / t;
+    let mlp = match shape.experts {
+        Some((e, k)) => {
+            3 * u128::from(k) * u128::from(shape.intermediate) / t
+                + u128::from(k) * hidden
+                + 2 * u128::from(e)
+                + 3 * u128::from(shape.shared_intermediate) / t
+        }
+        None => 3 * u128::from(shape.intermediate) / t,
+    };
+    u128::from(tokens) * a * (3 * hidden + qkv + attn + mlp)
+}
+
+/// The profile run's activation peak on one GPU: the larger of the forward pass over
+/// `tokens` batched tokens and the sampler run over `rows` rows of logits (on the last pipeline
+/// stage; the logits are gathered whole on every tensor-parallel GPU).
+pub fn activation_peak(
+    shape: &Shape,
+    tokens: u64,
+    rows: u64,
+    tp: u64,
+    last_stage: bool,
+) -> Estimated {
+    let forward = forward_bytes(shape, tokens, tp);
+    let sampler = if last_stage {
+        u128::from(rows) * u128::from(shape.vocab) * SAMPLER_BYTES_PER_LOGIT
+            + u128::from(tokens) * u128::from(shape.hidden) * u128::from(shape.activation_bytes)
+    } else {
+        0
+    };
+    let bytes = forward.max(sampler);
+    Estimated {
+        bytes,
+        low_bytes: scaled(bytes, 3, 4),
+        high_bytes: scaled(bytes, 3, 2),
+        rule: format!(
+            "the larger of the forward pass over {tokens} batched tokens ({:.2} GiB: residual \
+             stream, attention projections and MLP activations on this GPU) and the sampler run \
+             over {rows} rows of {} logits ({:.2} GiB at {SAMPLER_BYTES_PER_LOGIT} bytes a \
+             logit); an estimate that may be off by -25 % to +50 % (torch.compile fusion, \
+             attention kernels, FlashInfer sampling)",
+            forward as f64 / GIB as f64,
+            shape.vocab,
+            sampler as f64 / GIB as f64,
+        ),
+    }
+}
+
+/// Memory allocated outside PyTorch during the profile run.
+pub fn non_torch(serve: Serve, tp: u64) -> Estimated {
+    match serve {
+        Serve::Vllm => {
+            let bytes = if tp > 1 { GIB / 2 } else { GIB / 4 };
+            Estimated {
+                bytes,
+                low_bytes: GIB / 32,
+                high_bytes: if tp > 1 { 4 * GIB } else { 2 * GIB },
+                rule: format!(
+                    "cuBLAS workspaces{}: published vLLM logs print 0.03 to 0.43 GiB (up to 1.79 \
+                     GiB at one GPU and 3.58 GiB at two in vLLM 0.6.5)",
+                    if tp > 1 {
+                        ", NCCL and custom all-reduce buffers"
+                    } else {
+                        ""
+                    }
+                ),
+            }
+        }
+        Serve::Sglang => Estimated {
+            bytes: GIB / 2,
+            low_bytes: GIB / 4,
+            high_bytes: GIB,
+            rule: "the CUDA context and library workspaces SGLang finds used before it sizes \
+                   the pool"
+                .to_string(),
+        },
+        Serve::None => Estimated {
+            bytes: 0,
+            low_bytes: 0,
+            high_bytes: 0,
+            rule: "not modelled: the flat reserve stands for it".to_string(),
+        },
+    }
+}
+
+/// CUDA graph memory: the activations of the largest captured batch (up to 512 sequences) and
+/// the graphs' own pools.
+pub fn cuda_graphs(shape: &Shape, max_num_seqs: u64, tp: u64, captured: bool) -> Estimated {
+    if !captured {
+        return Estimated {
+            bytes: 0,
+            low_bytes: 0,
+            high_bytes: 0,
+            rule: "none: --enforce-eager runs without CUDA graphs".to_string(),
+        };
+    }
+    let largest = max_num_seqs.min(512);
+    let bytes = (GIB / 4 + forward_bytes(shape, largest, tp)).max(GIB / 2);
+    // Tensor parallel adds the all-reduce buffers registered for the graphs.
+    let high = (2 * bytes).max(GIB + GIB / 2) + if tp > 1 { GIB } else { 0 };
+    Estimated {
+        bytes,
+        low_bytes: GIB / 8,
+        high_bytes: high,
+        rule: format!(
+            "graphs captured for batches up to {largest} sequences: their activation pool and \
+             per-graph memory; published logs print 0.1 to 2.5 GiB; not taken from the budget \
+             but from the margin above it"
+        ),
+    }
+}
+
+/// The budget of one GPU holding `weights` bytes and caching `kv_per_token` bytes a token.
+#[allow(clippy::too_many_arguments)]
+pub fn budget(
+    options: &EngineOptions,
+    shape: &Shape,
+    total: u128,
+    a100: bool,
+    weights: u128,
+    kv_per_token: u128,
+    tp: u64,
+    last_stage: bool,
+    reserve: u128,
+) -> Budget {
+    let serve = options.serve;
+    let (default_tokens, default_seqs) = vllm_defaults(total, a100);
+    let tokens = options.max_num_batched_tokens.unwrap_or(default_tokens);
+    let seqs = options.max_num_seqs.unwrap_or(default_seqs);
+    let captured = !options.enforce_eager && serve != Serve::None;
+    let (fraction, block) = match serve {
+        Serve::Vllm => (
+            options.gpu_memory_utilization.unwrap_or(Decimal::new(9, 1)),
+            VLLM_BLOCK_TOKENS,
+        ),
+        Serve::Sglang => (
+            options
+                .mem_fraction_static
+                .unwrap_or_else(|| sglang_default_fraction(tp)),
+            1,
+        ),
+        Serve::None => (Decimal::ONE, 1),
+    };
+    let activation = match serve {
+        Serve::None => Estimated {
+            bytes: 0,
+            low_bytes: 0,
+            high_bytes: 0,
+            rule: "not modelled: the flat reserve stands for it".to_string(),
+        },
+        _ => activation_peak(shape, tokens, seqs.min(tokens), tp, last_stage),
+    };
+    let graphs = cuda_graphs(shape, seqs, tp, captured);
+    let budget_bytes = fraction_of(total, fraction);
+    let mut b = Budget {
+        serve,
+        total_bytes: total,
+        fraction,
+        budget_bytes,
+        weights_bytes: weights,
+        activation_peak: activation,
+        non_torch: non_torch(serve, tp),
+        cuda_graphs: graphs,
+        reserve_bytes: if serve == Serve::None { reserve } else { 0 },
+        margin_bytes: total - budget_bytes,
+        kv_pool_bytes: 0,
+        block_tokens: block,
+        kv_bytes_per_token: kv_per_token,
+        kv_blocks: 0,
+        kv_tokens: 0,
+        max_num_batched_tokens: (serve == Serve::Vllm).then_some(tokens),
+        max_num_seqs: (serve == Serve::Vllm).then_some(seqs),
+        cuda_graphs_captured: captured,
+    };
+    let before = b.before_kv();
+    b.kv_pool_bytes = i128::try_from(budget_bytes).unwrap_or(i128::MAX)
+        - i128::try_from(before).unwrap_or(i128::MAX);
+    let block_bytes = kv_per_token * u128::from(block);
+    if b.kv_pool_bytes > 0 && block_bytes > 0 {
+        let blocks = (b.kv_pool_bytes as u128) / block_bytes;
+        b.kv_blocks = u64::try_from(blocks).unwrap_or(u64::MAX);
+        b.kv_tokens = b.kv_blocks.saturating_mul(block);
+    }
+    b
+}
+
+/// Why an engine would not start or would be tight, when it would not simply fit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Verdict {
+    /// The engine starts and holds the context x batch.
+    pub fits: bool,
+    /// It fits with little to spare, or an estimate's range reaches over the edge.
+    pub tight: bool,
+    /// Why not, or why tight, in one sentence (empty when it simply fits).
+    pub reason: String,
+}
+
+/// Judges a budget for `context` tokens x `batch` sequences: the pool must hold every
+/// sequence's blocks, CUDA graphs must fit in the margin; tight when what is left is under
+/// `tight_share` of the card or an estimate's high end would not fit.
+pub fn judge(b: &Budget, context: Option<u64>, batch: u64, tight_share: Decimal) -> Verdict {
+    let gib = |x: f64| x / GIB as f64;
+    if b.kv_pool_bytes <= 0 || b.kv_blocks == 0 {
+        return Verdict {
+            fits: false,
+            tight: false,
+            reason: format!(
+                "{} has no memory for the KV cache: {:.2} GiB left after the weights and the \
+                 profile run (\"No available memory for the cache blocks\")",
+                b.serve.label(),
+                gib(b.kv_pool_bytes as f64)
+            ),
+        };
+    }
+    let block_bytes = b.kv_bytes_per_token * u128::from(b.block_tokens);
+    let needed = context.map_or(u128::from(b.block_tokens.max(1)), |c| {
+        b.blocks_for(c, batch) * u128::from(b.block_tokens)
+    });
+    let needed_blocks = needed / u128::from(b.block_tokens.max(1));
+    if needed_blocks > u128::from(b.kv_blocks) {
+        return Verdict {
+            fits: false,
+            tight: false,
+            reason: format!(
+                "{} holds {} KV tokens on this GPU, fewer than the {} that {} x {} need",
+                b.serve.label(),
+                b.kv_tokens,
+                needed,
+                batch,
+                context.unwrap_or(1)
+            ),
+        };
+    }
+    if b.serve == Serve::Vllm && b.cuda_graphs.bytes > b.margin_bytes {
+        return Verdict {
+            fits: false,
+            tight: false,
+            reason: format!(
+                "CUDA graphs ({:.2} GiB estimated) do not fit in the {:.2} GiB vLLM leaves above \
+                 its budget: --enforce-eager or a lower --gpu-memory-utilization",
+                gib(b.cuda_graphs.bytes as f64),
+                gib(b.margin_bytes as f64)
+            ),
+        };
+    }
+    let spare_blocks = u128::from(b.kv_blocks) - needed_blocks;
+    let spare = spare_blocks * block_bytes;
+    let share = fraction_of(b.total_bytes, tight_share);
+    let mut reasons = Vec::new();
+    if spare < share {
+        reasons.push(format!(
+            "{:.2} GiB of KV pool to spare, under {}% of the card",
+            gib(spare as f64),
+            (tight_share * Decimal::from(100)).normalize()
+        ));
+    }
+    // What the low-side estimates would leave: the high ends taken instead.
+    let extra = match b.serve {
+        Serve::Vllm => {
+            (b.activation_peak.high_bytes - b.activation_peak.bytes)
+                + (b.non_torch.high_bytes - b.non_torch.bytes)
+        }
+        _ => 0,
+    };
+    if extra > spare {
+        reasons.push(format!(
+            "with the estimates' high ends (activation peak {:.2} GiB, non-torch {:.2} GiB) the \
+             pool would not hold it",
+            gib(b.activation_peak.high_bytes as f64),
+            gib(b.non_torch.high_bytes as f64)
+        ));
+    }
+    if b.serve == Serve::Vllm && b.cuda_graphs.high_bytes > b.margin_bytes {
+        reasons.push(format!(
+            "CUDA graphs may take up to {:.2} GiB of the {:.2} GiB margin",
+            gib(b.cuda_graphs.high_bytes as f64),
+            gib(b.margin_bytes as f64)
+        ));
+    }
+    if b.serve == Serve::Sglang {
+        let act = b.activation_peak.bytes + b.cuda_graphs.bytes;
+        if act > b.margin_bytes {
+            reasons.push(format!(
+                "activations and CUDA graphs ({:.2} GiB estimated) exceed the {:.2} GiB SGLang \
+                 leaves outside --mem-fraction-static",
+                gib(act as f64),
+                gib(b.margin_bytes as f64)
+            ));
+        }
+    }
+    Verdict {
+        fits: true,
+        tight: !reasons.is_empty(),
+        reason: reasons.join("; "),
+    }
+}
+
+/// The largest context at `batch` the pool holds, in whole blocks per sequence.
+pub fn largest_context(b: &Budget, batch: u64) -> u64 {
+    (b.kv_blocks / batch.max(1)).saturating_mul(b.block_tokens)
+}
+
+/// The largest batch at `context` the pool holds, capped by `--max-num-seqs`.
+pub fn largest_batch(b: &Budget, context: u64) -> u64 {
+    let per = context.div_ceil(b.block_tokens.max(1)).max(1);
+    let n = b.kv_blocks / per;
+    b.max_num_seqs.map_or(n, |m| n.min(m))
+}
+
+/// A decimal as f64 for messages.
+pub fn as_f64(d: Decimal) -> f64 {
+    d.to_f64().unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama8b() -> Shape {
+        Shape {
+            hidden: 4096,
+            intermediate: 14336,
+            experts: None,
+            shared_intermediate: 0,
+            vocab: 128_256,
+            heads: 32,
+            kv_heads: 8,
+            head_dim: 128,
+            activation_bytes: 2,
+        }
+    }
+
+    #[test]
+    fn vllm_takes_the_utilisation_then_the_profile_run() {
+        let total = 85_031_714_816u128; // 79.19 GiB
+        let b = budget(
+            &EngineOptions::default(),
+            &llama8b(),
+            total,
+            false,
+            16_060_522_496,
+            131_072,
+            1,
+            true,
+            0,
+        );
+        assert_eq!(b.budget_bytes, total * 9 / 10);
+        assert_eq!(b.max_num_batched_tokens, Some(8192));
+        assert_eq!(b.max_num_seqs, Some(1024));
+        let pool = b.budget_bytes - 16_060_522_496 - b.activation_peak.bytes - b.non_torch.bytes;
+        assert_eq!(b.kv_pool_bytes, pool as i128);
+        assert_eq!(b.kv_blocks as u128, pool / (16 * 131_072));
+        assert_eq!(b.kv_tokens % 16, 0);
+        // The sampler's 1024 rows of 128256 logits dominate the 8192-token forward pass.
+        assert_eq!(
+            b.activation_peak.bytes,
+            1024 * 128_256 * 40 + 8192 * 4096 * 2
+        );
+    }
+
+    #[test]
+    fn no_pool_is_no_and_a_short_pool_is_no() {
+        let shape = llama8b();
+        let total = 24u128 * GIB;
+        let b = budget(
+            &EngineOptions::default(),
+            &shape,
+            total,
+            false,
+            22 * GIB,
+            131_072,
+            1,
+            true,
+            0,
+        );
+        assert!(b.kv_pool_bytes < 0);
+        let v = judge(&b, Some(1), 1, Decimal::new(5, 2));
+        assert!(!v.fits && v.reason.contains("No available memory"), "{v:?}");
+        let b = budget(
+            &EngineOptions::default(),
+            &shape,
+            total,
+            false,
+            16 * GIB,
+            131_072,
+            1,
+            true,
+            0,
+        );
+        let v = judge(&b, Some(b.kv_tokens + 1), 1, Decimal::new(5, 2));
+        assert!(!v.fits);
+        let v = judge(&b, Some(b.kv_tokens), 1, Decimal::new(5, 2));
+        assert!(v.fits && v.tight, "{v:?}");
+        assert_eq!(largest_context(&b, 1), b.kv_tokens);
+        assert_eq!(largest_batch(&b, 16), (b.kv_blocks).min(256));
+    }
+
+    #[test]
+    fn graphs_beyond_the_margin_are_no_and_eager_has_none() {
+        let shape = llama8b();
+        let total = 80u128 * GIB;
+        let mut o = EngineOptions {
+            gpu_memory_utilization: Some(Decimal::new(999, 3)),
+            ..EngineOptions::default()
+        };
+        let b = budget(&o, &shape, total, false, 16 * GIB, 131_072, 1, true, 0);
+        let v = judge(&b, Some(8192), 1, Decimal::new(5, 2));
+        assert!(!v.fits && v.reason.contains("CUDA graphs"), "{v:?}");
+        o.enforce_eager = true;
+        let b = budget(&o, &shape, total, false, 16 * GIB, 131_072, 1, true, 0);
+        assert_eq!(b.cuda_graphs.bytes, 0);
+        assert!(judge(&b, Some(8192), 1, Decimal::new(5, 2)).fits);
+    }
+
+    #[test]
+    fn sglang_keeps_its_static_fraction() {
+        let b = budget(
+            &EngineOptions {
+                serve: Serve::Sglang,
+                ..EngineOptions::default()
+            },
+            &llama8b(),
+            80 * GIB,
+            false,
+            16 * GIB,
+            131_072,
+            2,
+            true,
+            0,
+        );
+        assert_eq!(b.fraction, Decimal::new(87, 2));
+        assert_eq!(b.block_tokens, 1);
+        assert_eq!(
+            b.kv_pool_bytes,
+            (fraction_of(80 * GIB, Decimal::new(87, 2)) - 16 * GIB - GIB / 2) as i128
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_pool_shrinks_as_the_profile_grows(tokens in 1u64..65_536, seqs in 1u64..2048) {
+            let shape = llama8b();
+            let o = |t: u64, s: u64| EngineOptions {
+                max_num_batched_tokens: Some(t),
+                max_num_seqs: Some(s),
+                ..EngineOptions::default()
+            };
+            let a = budget(&o(tokens, seqs), &shape, 80 * GIB, false, 16 * GIB, 131_072, 1, true, 0);
+            let b = budget(&o(tokens + 1, seqs + 1), &shape, 80 * GIB, false, 16 * GIB, 131_072, 1, true, 0);
+            proptest::prop_assert!(b.kv_pool_bytes <= a.kv_pool_bytes);
+            proptest::prop_assert!(a.kv_tokens.is_multiple_of(16));
+            proptest::prop_assert!(u128::from(a.kv_tokens) * 131_072 <= a.kv_pool_bytes.max(0) as u128);
+        }
+    }
+}
