@@ -1,7 +1,7 @@
 //! Exit codes: 0 success, 1 a runtime failure or a data file that fails validation, 2 a usage
 //! error or no usable GPU for a command that needs one (as the original kit). A file or folder
 //! named on the command line that is not there is refused input, exit 2, whichever command reads
-//! it: [`report`] decides that here, once, from the error's kind ([`names_a_missing_path`]).
+//! it: [`report()`] decides that here, once, from the error's kind ([`names_a_missing_path`]).
 //!
 //! An error is one line on stderr: `iteragpu: error: <sentence>` by default, or, when the
 //! command line asked for `--json`, one JSON object `{"error": ..., "exit_code": ...}`, so a
