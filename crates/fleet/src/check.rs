@@ -688,6 +688,18 @@ pub fn lifted_effect(severity: Severity, code: &str) -> (Effect, &'static str) {
             Fails,
             "no process can run on a GPU whose compute mode is prohibited",
         ),
+        "xid_hardware" => (
+            Fails,
+            "the driver logged a fault of the GPU itself (memory, bus, NVLink or firmware)",
+        ),
+        "xid_application" => (
+            Warns,
+            "these XIDs are raised by a program's own faults: worth a look, not the GPU's fault",
+        ),
+        "xid_not_checked" => (
+            Warns,
+            "the kernel log was closed to the check: the GPU's past faults are unknown, not absent",
+        ),
         "compute_mode_exclusive" => (
             Warns,
             "one process at a time: fine for one process per GPU, fatal for several",

@@ -13,7 +13,8 @@ use crate::{Device, Error, Plan};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Install {
     /// A local wheel file (`iteragpu-<version>-py3-none-manylinux_2_28_<arch>.whl`), copied to
-    /// every node and installed with `pip install --user`.
+    /// every node and unpacked there with `python3 -m zipfile`: no pip, so images whose system
+    /// Python refuses `pip install --user` (PEP 668) or has no pip install it all the same.
     Wheel(String),
     /// A local kit folder holding `bin/<target>/iteragpu`, copied to every node.
     Kit(String),
@@ -36,6 +37,37 @@ pub struct Task {
 pub const MOUNTED_RESULTS: &str = "/iteragpu-fleet";
 /// The results folder on a node without a bucket.
 pub const LOCAL_RESULTS: &str = "~/iteragpu-fleet";
+/// Where the setup puts the binary unpacked from the wheel.
+pub const WHEEL_BIN: &str = "~/iteragpu-bin/iteragpu";
+
+/// The one shell line that brings every node's folder into `dir` on the machine that ran
+/// `sky launch -c CLUSTER`, for `fleet check dir --plan`: the bucket's folder when the results
+/// went to one, else an rsync from each node over the SSH names SkyPilot writes (`CLUSTER` for
+/// rank 0, `CLUSTER-worker1` onwards for the others). Every rank writes its own `<rank>/`
+/// folder, so the copies never overwrite one another.
+pub fn fetch_command(plan: &Plan, task: &Task, cluster: &str, dir: &str) -> Result<String, Error> {
+    let to = quote::shell("the results folder", &format!("{dir}/"))?;
+    if let Some(url) = &task.results {
+        let from = quote::shell("--results", &format!("{}/", url.trim_end_matches('/')))?;
+        return Ok(if url.starts_with("gs://") {
+            format!("mkdir -p {to} && gcloud storage rsync -r {from} {to}")
+        } else if url.starts_with("s3://") {
+            format!("mkdir -p {to} && aws s3 sync {from} {to}")
+        } else {
+            format!("mkdir -p {to} && copy the bucket {from} into {to} with its own tool")
+        });
+    }
+    let cluster = quote::shell("the cluster name", cluster)?;
+    let mut line = format!("mkdir -p {to} && rsync -a {cluster}:iteragpu-fleet/ {to}");
+    if plan.nodes > 1 {
+        let _ = write!(
+            line,
+            " && for i in $(seq 1 {}); do rsync -a {cluster}-worker$i:iteragpu-fleet/ {to} || break; done",
+            plan.nodes - 1
+        );
+    }
+    Ok(line)
+}
 
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -127,8 +159,8 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
     if task.results.is_none() {
         let _ = writeln!(
             y,
-            "# Without --results each node keeps its own folder: fetch them with, per node, \
-             rsync -a fleet-worker1:iteragpu-fleet/ DIR/ (fleet for rank 0)."
+            "# Without --results each node keeps its own folder: bring them into one with {}",
+            fetch_command(plan, task, "fleet", "DIR")?
         );
     }
     let _ = writeln!(y, "name: {name}");
@@ -140,10 +172,15 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
     let _ = writeln!(y, "file_mounts:");
     let _ = writeln!(y, "  {}: {}", mounts.0, mounts.1);
     let (setup_install, bin) = match &task.install {
-        Install::Wheel(_) => (
-            "python3 -m pip install --user --force-reinstall --no-deps ~/iteragpu-dist/*.whl"
-                .to_string(),
-            "\"$(python3 -m site --user-base)/bin/iteragpu\"".to_string(),
+        Install::Wheel(w) => (
+            // A wheel is a zip holding `<name>.data/scripts/iteragpu`: unpacked by Python's own
+            // zipfile module, nothing else is needed on the image.
+            format!(
+                "rm -rf ~/iteragpu-wheel && python3 -m zipfile -e ~/iteragpu-dist/{} ~/iteragpu-wheel \
+                 && mkdir -p ~/iteragpu-bin && install -m 755 ~/iteragpu-wheel/*.data/scripts/iteragpu {WHEEL_BIN}",
+                quote::shell("--wheel", file_name(w))?
+            ),
+            WHEEL_BIN.to_string(),
         ),
         Install::Kit(_) => (
             "chmod +x ~/iteragpu-kit/bin/*/iteragpu".to_string(),
@@ -214,7 +251,14 @@ mod tests {
             y.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"),
             "{y}"
         );
-        assert!(y.contains("pip install --user"), "{y}");
+        assert!(!y.contains("pip"), "{y}");
+        assert!(
+            y.contains(
+                "python3 -m zipfile -e ~/iteragpu-dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl ~/iteragpu-wheel"
+            ),
+            "{y}"
+        );
+        assert!(y.contains("  BIN=~/iteragpu-bin/iteragpu\n"), "{y}");
         assert!(y.contains(" >environment.json 2>environment.stderr"), "{y}");
         assert!(
             y.contains("probe --device all --package b200:7:4 --seconds 10 --output probe.json"),
@@ -239,6 +283,34 @@ mod tests {
         );
         assert!(y.contains("CPU REFERENCE DEVICE"), "{y}");
         assert!(!y.contains("accelerators"), "{y}");
+    }
+
+    #[test]
+    fn every_node_folder_is_fetched_into_one() {
+        let p = plan(Device::Gpu);
+        assert_eq!(
+            fetch_command(&p, &wheel(), "fleet", "results").unwrap(),
+            "mkdir -p results/ && rsync -a fleet:iteragpu-fleet/ results/ && for i in $(seq 1 3); \
+             do rsync -a fleet-worker$i:iteragpu-fleet/ results/ || break; done"
+        );
+        let mut one = plan(Device::Gpu);
+        one.nodes = 1;
+        one.gpus = 2;
+        assert_eq!(
+            fetch_command(&one, &wheel(), "c", "a b").unwrap(),
+            "mkdir -p 'a b/' && rsync -a c:iteragpu-fleet/ 'a b/'"
+        );
+        let mut t = wheel();
+        t.results = Some("s3://bucket/fleet/".to_string());
+        assert_eq!(
+            fetch_command(&p, &t, "fleet", "r").unwrap(),
+            "mkdir -p r/ && aws s3 sync s3://bucket/fleet/ r/"
+        );
+        t.results = Some("gs://bucket/fleet".to_string());
+        assert_eq!(
+            fetch_command(&p, &t, "fleet", "r").unwrap(),
+            "mkdir -p r/ && gcloud storage rsync -r gs://bucket/fleet/ r/"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use lab::lot::{GpuFacts, OtherProcess};
+use lab::xid::XidCount;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, ComputeMode, EccCounter, MemoryError};
@@ -22,7 +23,11 @@ pub struct NvmlHandle {
     pub device_uuid: Option<String>,
     /// The library file.
     pub path: Option<PathBuf>,
+    /// The kernel log's XIDs per GPU, read once per process (see [`lab::xid`]).
+    xids: XidLog,
 }
+
+type XidLog = std::sync::OnceLock<Result<std::collections::BTreeMap<String, Vec<XidCount>>, String>>;
 
 impl std::fmt::Debug for NvmlHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +67,7 @@ pub fn open() -> Result<NvmlHandle, String> {
         nvml: std::mem::ManuallyDrop::new(nvml),
         device_uuid: None,
         path: maps::loaded_path("libnvidia-ml.so").or(path),
+        xids: XidLog::new(),
     })
 }
 
@@ -113,6 +119,19 @@ impl NvmlHandle {
         };
         facts.nvml_matched = true;
         facts.uuid = uuid.to_string();
+        facts.pci_bus_id = d.pci_info().ok().and_then(|p| lab::xid::bus_key(&p.bus_id));
+        match (
+            &facts.pci_bus_id,
+            self.xids.get_or_init(lab::xid::read_kernel_log),
+        ) {
+            (Some(bus), Ok(log)) => {
+                facts.xid_errors = Some(log.get(bus).cloned().unwrap_or_default());
+            }
+            (None, _) => {
+                facts.xid_not_checked = Some("NVML gave no PCI address for it".to_string());
+            }
+            (_, Err(why)) => facts.xid_not_checked = Some(why.clone()),
+        }
         facts.pcie_generation = d.current_pcie_link_gen().ok();
         facts.pcie_width = d.current_pcie_link_width().ok();
         facts.pcie_max_generation = d.max_pcie_link_gen().ok();
@@ -235,6 +254,9 @@ impl NvmlHandle {
             "compute_mode": health.compute_mode,
             "nvlink_active_links": health.nvlink_active_links,
             "other_processes": health.other_processes,
+            "pci_bus_id": health.pci_bus_id,
+            "xid_errors": health.xid_errors,
+            "xid_not_checked": health.xid_not_checked,
         })
     }
 

@@ -24,3 +24,4 @@ pub mod probe;
 pub mod stats;
 pub mod tool;
 pub mod workspaces;
+pub mod xid;

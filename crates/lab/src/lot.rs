@@ -114,6 +114,18 @@ pub struct GpuFacts {
     pub other_processes: Option<Vec<OtherProcess>>,
     /// NVLink links active.
     pub nvlink_active_links: Option<u32>,
+    /// Its PCI address (`0000:3b:00`, as [`crate::xid::bus_key`] writes it), by which the
+    /// kernel log names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// The XID errors the kernel log holds for it since boot (its oldest record); `None` when
+    /// the log was not read, and then [`GpuFacts::xid_not_checked`] says why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_errors: Option<Vec<crate::xid::XidCount>>,
+    /// Why the XID errors were not checked (the kernel log closed to this process, no PCI
+    /// address known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid_not_checked: Option<String>,
 }
 
 /// Whether one GPU can reach another's memory directly (`cuDeviceCanAccessPeer`).
@@ -665,6 +677,43 @@ fn check_gpu(out: &mut Vec<Finding>, f: &GpuFacts, datasheet: &Datasheet) {
             json!({"persistence_mode": false}),
         ));
     }
+    if let Some(errors) = f.xid_errors.as_deref().filter(|e| !e.is_empty()) {
+        let list = errors
+            .iter()
+            .map(|x| format!("XID {} x{}", x.code, x.count))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let counts = json!(errors);
+        if errors.iter().any(|x| crate::xid::is_hardware(x.code)) {
+            out.push(Finding::warning(
+                "xid_hardware",
+                dev,
+                format!(
+                    "{}'s driver logged {list} since boot, among them a fault of the GPU itself (memory, bus, NVLink or firmware): ask for another GPU or a reset",
+                    f.device
+                ),
+                json!({"xid_errors": counts}),
+            ));
+        } else {
+            out.push(Finding::note(
+                "xid_application",
+                dev,
+                format!(
+                    "{}'s driver logged {list} since boot: XIDs a program's own fault raises, not the GPU's",
+                    f.device
+                ),
+                json!({"xid_errors": counts}),
+            ));
+        }
+    }
+    if let Some(why) = &f.xid_not_checked {
+        out.push(Finding::note(
+            "xid_not_checked",
+            dev,
+            format!("{}'s XID errors were not checked: {why}", f.device),
+            json!({"why": why}),
+        ));
+    }
     match f.compute_mode.as_deref() {
         None | Some("default") => {}
         Some("prohibited") => out.push(Finding::warning(
@@ -781,6 +830,9 @@ mod tests {
             compute_mode: None,
             other_processes: Some(vec![]),
             nvlink_active_links: Some(18),
+            pci_bus_id: Some("0000:3b:00".into()),
+            xid_errors: Some(vec![]),
+            xid_not_checked: None,
         }
     }
 
@@ -1001,6 +1053,38 @@ mod tests {
                 .iter()
                 .any(|f| f.code.starts_with("compute_mode"))
         );
+    }
+
+    #[test]
+    fn a_hardware_xid_warns_an_application_xid_and_an_unread_log_are_notes() {
+        use crate::xid::XidCount;
+        let sheet = Datasheet::embedded();
+        let found = |g: &GpuFacts| {
+            let mut out = Vec::new();
+            check_gpu(&mut out, g, &sheet);
+            out.into_iter()
+                .filter(|f| f.code.starts_with("xid"))
+                .map(|f| (f.code, f.severity, f.message))
+                .collect::<Vec<_>>()
+        };
+        let mut g = h200("cuda:0");
+        g.xid_errors = Some(vec![
+            XidCount { code: 13, count: 2 },
+            XidCount { code: 79, count: 1 },
+        ]);
+        let f = found(&g);
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert_eq!((f[0].0.as_str(), f[0].1), ("xid_hardware", Severity::Warning));
+        assert!(f[0].2.contains("XID 13 x2, XID 79 x1"), "{}", f[0].2);
+        g.xid_errors = Some(vec![XidCount { code: 13, count: 2 }]);
+        let f = found(&g);
+        assert_eq!((f[0].0.as_str(), f[0].1), ("xid_application", Severity::Note));
+        g.xid_errors = None;
+        g.xid_not_checked = Some("the kernel log is not readable here".into());
+        let f = found(&g);
+        assert_eq!((f[0].0.as_str(), f[0].1), ("xid_not_checked", Severity::Note));
+        // No XID logged: nothing said.
+        assert!(found(&h200("cuda:1")).is_empty());
     }
 
     #[test]

@@ -126,13 +126,16 @@ Examples:
 Writes a SkyPilot task: num_nodes, resources.accelerators per node (B200:2 for 8 GPUs on 4
 nodes), file_mounts that copy the wheel or the kit to every node, a setup that installs it, and
 a run that writes <results>/<rank>/<check>.json, .exit, .err, .stdout, .stderr on every node
-(rank is SKYPILOT_NODE_RANK). Launch it with `sky launch -c fleet fleet.yaml`. The output file
-must not exist. A value with a line break or another control character (in an option or in the
+(rank is SKYPILOT_NODE_RANK). The wheel is unpacked with `python3 -m zipfile`, so no pip is
+needed. It prints the commands that follow: launch (`sky launch -c fleet fleet.yaml`), fetch
+(rsync from every node over SkyPilot's SSH names, or one copy of the bucket, into
+fleet-results/) and check (`iteragpu fleet check fleet-results --plan FILE`, the plan written
+beside the task as <name>.plan.json). The output file and its plan must not exist. A value with a line break or another control character (in an option or in the
 --catalogue's model name) is refused, never written into the YAML.")]
 pub struct SkypilotArgs {
     #[command(flatten)]
     pub common: Common,
-    /// The wheel every node installs (`pip install --user`).
+    /// The wheel every node unpacks (with `python3 -m zipfile`: no pip needed).
     #[arg(
         long,
         value_name = "FILE",
@@ -725,6 +728,8 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
         name: args.name.clone(),
     };
     let yaml = fleet::skypilot::task(&plan, &task).map_err(|e| usage(e.to_string()))?;
+    let fetch = fleet::skypilot::fetch_command(&plan, &task, "fleet", "fleet-results")
+        .map_err(|e| usage(e.to_string()))?;
     // The plan beside the task: `fleet check DIR --plan` holds the rsynced results to it.
     let plan_path = args.output.with_extension("plan.json");
     files::check_new(&plan_path).map_err(|e| usage(e.to_string()))?;
@@ -742,6 +747,8 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
             "checks": plan.checks,
             "plan": plan_path,
             "launch": format!("sky launch -c fleet {}", args.output.display()),
+            "fetch": fetch,
+            "check": format!("iteragpu fleet check fleet-results --plan {}", plan_path.display()),
         }))?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -754,7 +761,7 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
     }
     let _ = writeln!(
         out,
-        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}\nplan: {} (then: iteragpu fleet check DIR --plan {}, DIR holding every node's folder)",
+        "wrote {}: {} node(s){}, {}\nlaunch: sky launch -c fleet {}\nfetch: {fetch}\ncheck: iteragpu fleet check fleet-results --plan {}",
         args.output.display(),
         plan.nodes,
         if plan.device == Device::Gpu {
@@ -772,7 +779,6 @@ fn run_skypilot(args: SkypilotArgs) -> anyhow::Result<ExitCode> {
             .collect::<Vec<_>>()
             .join(", "),
         args.output.display(),
-        plan_path.display(),
         plan_path.display()
     );
     output::print_text(&out)?;

@@ -801,3 +801,46 @@ fn a_nodes_own_gpu_warnings_fail_the_fleet_with_node_and_gpu() {
         "{v:#}"
     );
 }
+
+#[test]
+fn a_hardware_xid_fails_the_fleet_and_an_unread_kernel_log_only_warns() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    fleet(libs.path(), &dir, EVEN);
+    let finding = |code: &str, severity: &str, message: &str| json!({"code": code, "severity": severity, "device": "cuda:1", "message": message, "figures": {}});
+    // Past faults unknown (the kernel log closed to the check): said, the verdict stays OK.
+    edit_probe(&dir, "n0", |v| {
+        v["findings"] = json!([finding(
+            "xid_not_checked",
+            "note",
+            "cuda:1's XID errors were not checked: the kernel log is not readable here"
+        )]);
+    });
+    let text = text_of(&check(libs.path(), &dir, &[]).success());
+    assert!(
+        text.contains("warn xid_not_checked: node n0: cuda:1's XID errors were not checked"),
+        "{text}"
+    );
+    // XID 79 (fallen off the bus) on n2: the fleet fails, naming n2 and the GPU.
+    edit_probe(&dir, "n2", |v| {
+        v["findings"] = json!([finding(
+            "xid_hardware",
+            "warning",
+            "cuda:1's driver logged XID 79 x1 since boot, among them a fault of the GPU itself"
+        )]);
+        v["warnings"] = json!(1);
+    });
+    let v = json_of(&check(libs.path(), &dir, &["--json"]).code(1));
+    let first = &v["findings"][0];
+    assert_eq!(
+        (&first["code"], &first["node"], &first["gpu"], &first["effect"]),
+        (
+            &json!("xid_hardware"),
+            &json!("n2"),
+            &json!("cuda:1"),
+            &json!("fails")
+        ),
+        "{v:#}"
+    );
+}

@@ -11,6 +11,7 @@ mod files;
 mod fit;
 mod fleet_check;
 mod fleet_inject;
+mod fleet_skypilot;
 mod fleet_slurm;
 mod gpu_check;
 mod install;
