@@ -251,7 +251,7 @@ mod tests {
             y.contains("out=~/iteragpu-fleet/$SKYPILOT_NODE_RANK\n"),
             "{y}"
         );
-        assert!(!y.contains("pip"), "{y}");
+        assert!(!y.contains("pip install"), "{y}");
         assert!(
             y.contains(
                 "python3 -m zipfile -e ~/iteragpu-dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl ~/iteragpu-wheel"

@@ -117,7 +117,7 @@ fn the_task_installs_from_the_wheel_without_pip_runs_and_its_folder_passes() {
     let binary = assert_cmd::cargo::cargo_bin("iteragpu");
     let (home, yaml, plan) = task_and_home(tmp.path(), Some(&binary));
     let (setup, run) = blocks(&yaml);
-    assert!(!setup.contains("pip"), "{setup}");
+    assert!(!setup.contains("pip install"), "{setup}");
     let out = bash(&setup, &home);
     assert!(
         out.status.success(),
