@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `fleet check` on synthetic fleets of 64, 512 and 4,096 nodes x 8 GPUs (issue 34 item 5):
-# CPU seconds and peak memory of each, and how the time grows against G log G (G = GPUs).
+# CPU seconds and peak memory of each, and how the time grows against G log G (G = GPUs); then
+# `report` over the same folder: its time, memory and the size of the page.
 #
 # Usage: scripts/bench-fleet-check.sh [NODES...]   (default: 64 512 4096)
 # Env:   ITERAGPU (the binary, default target/release/iteragpu), KEEP=1 keeps the fleets.
@@ -80,5 +81,10 @@ cpu = user + sys_
 print(f"{nodes:<7} {g:<7} {cpu:<10.2f} {kib/1024:<10.1f} {lines:<12} {cpu / (g * math.log2(g)) * 1e6:.2f}")
 PY
     head -n 1 "$WORK/out" | cut -c1-160
-    rm -rf "$dir"
+    # The report over the same folder: the page a renter opens (issue 34 item 5: a few MB).
+    /usr/bin/time -f '%e %M' -o "$WORK/time" "$BIN" report "$dir" --output "$WORK/page.html" >/dev/null 2>"$WORK/report.err" \
+        || { echo "report failed: $(tail -n 1 "$WORK/report.err")"; rm -rf "$dir"; continue; }
+    read -r wall kib < <(tail -n 1 "$WORK/time")
+    echo "report: $wall s, peak $((kib / 1024)) MiB, page $(stat -c %s "$WORK/page.html") bytes"
+    [ "${KEEP:-0}" = 1 ] && echo "kept: $dir, $WORK/page.html" || rm -rf "$dir" "$WORK/page.html"
 done

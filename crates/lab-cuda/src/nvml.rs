@@ -27,7 +27,8 @@ pub struct NvmlHandle {
     xids: XidLog,
 }
 
-type XidLog = std::sync::OnceLock<Result<std::collections::BTreeMap<String, Vec<XidCount>>, String>>;
+type XidLog =
+    std::sync::OnceLock<Result<std::collections::BTreeMap<String, Vec<XidCount>>, String>>;
 
 impl std::fmt::Debug for NvmlHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -1074,15 +1074,24 @@ mod tests {
         ]);
         let f = found(&g);
         assert_eq!(f.len(), 1, "{f:?}");
-        assert_eq!((f[0].0.as_str(), f[0].1), ("xid_hardware", Severity::Warning));
+        assert_eq!(
+            (f[0].0.as_str(), f[0].1),
+            ("xid_hardware", Severity::Warning)
+        );
         assert!(f[0].2.contains("XID 13 x2, XID 79 x1"), "{}", f[0].2);
         g.xid_errors = Some(vec![XidCount { code: 13, count: 2 }]);
         let f = found(&g);
-        assert_eq!((f[0].0.as_str(), f[0].1), ("xid_application", Severity::Note));
+        assert_eq!(
+            (f[0].0.as_str(), f[0].1),
+            ("xid_application", Severity::Note)
+        );
         g.xid_errors = None;
         g.xid_not_checked = Some("the kernel log is not readable here".into());
         let f = found(&g);
-        assert_eq!((f[0].0.as_str(), f[0].1), ("xid_not_checked", Severity::Note));
+        assert_eq!(
+            (f[0].0.as_str(), f[0].1),
+            ("xid_not_checked", Severity::Note)
+        );
         // No XID logged: nothing said.
         assert!(found(&h200("cuda:1")).is_empty());
     }

@@ -135,7 +135,9 @@ mod tests {
             Some(("0000:3b:00".to_string(), 79))
         );
         assert_eq!(
-            parse_line("[  12.5] NVRM: Xid (PCI:0001:C1:00): 48, An uncorrectable double bit error"),
+            parse_line(
+                "[  12.5] NVRM: Xid (PCI:0001:C1:00): 48, An uncorrectable double bit error"
+            ),
             Some(("0001:c1:00".to_string(), 48))
         );
         assert_eq!(parse_line("NVRM: Xid (PCI:0000:3b:00): 119 ,x"), None);

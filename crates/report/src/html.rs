@@ -144,11 +144,23 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
     engines_side_by_side(&mut body, &inputs.runs);
     if !inputs.probes.is_empty() {
         body.push_str("<section id=\"probes\">\n<h2>Probes</h2>\n<p class=\"note\">Copy bandwidth and dense GEMM throughput per GPU (the median of repeated timed runs), each against the datasheet figure of the detected model (the black line).</p>\n<div class=\"grid\">\n");
-        if inputs.probes.len() > 1 {
-            fleet_charts(&mut body, &inputs.probes)?;
+        let flagged = if inputs.probes.len() > 1 {
+            fleet_charts(&mut body, &inputs.probes)?
+        } else {
+            Vec::new()
+        };
+        for i in cards_shown(&inputs.probes, &flagged) {
+            probe_card(&mut body, &inputs.probes[i])?;
         }
-        for probe in &inputs.probes {
-            probe_card(&mut body, probe)?;
+        if inputs.probes.len() > PROBE_CARDS {
+            let shown = cards_shown(&inputs.probes, &flagged).len();
+            let _ = writeln!(
+                body,
+                "<p class=\"note\" data-summary=\"probes\">{} of {} probes shown (those with an outlier, a warning or an error first); the other {} are in the charts above, summarised.</p>",
+                shown,
+                inputs.probes.len(),
+                inputs.probes.len() - shown
+            );
         }
         body.push_str("</div>\n</section>\n");
     }
@@ -434,20 +446,47 @@ fn node_name(probe: &Probe) -> String {
         .unwrap_or_else(|| probe.label.clone())
 }
 
-/// Several probes (the nodes of a fleet, or machines side by side): each figure on one axis
-/// with every device of every probe, the outliers (more than the lot's tolerance below the
-/// median of all the others) marked.
-fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
-    // (figure name, label, unit, bars)
-    let mut figures: Vec<(String, String, &str, Vec<FleetBar>)> = Vec::new();
-    let mut add = |name: &str, label: &str, unit: &'static str, bar: FleetBar| match figures
-        .iter_mut()
-        .find(|f| f.0 == name)
-    {
-        Some(f) => f.3.push(bar),
-        None => figures.push((name.to_string(), label.to_string(), unit, vec![bar])),
+/// At most this many probe cards on a page: a fleet of 1,024 nodes would otherwise give a
+/// page of 15 MB that no renter reads; the fleet charts and the verdict cover the rest.
+const PROBE_CARDS: usize = 16;
+
+/// At most this many bars on a fleet chart: the outliers and the lowest devices, since a slow
+/// GPU is what a renter looks for; the rest is summarised in the caption.
+const FLEET_BARS: usize = 64;
+
+/// Which probe cards the page shows, in order: all of them up to [`PROBE_CARDS`]; past that,
+/// the flagged ones first (an outlier device on a fleet chart, a warning, an error, an
+/// incomplete run), then the others in their order, [`PROBE_CARDS`] in all.
+fn cards_shown(probes: &[Probe], flagged: &[usize]) -> Vec<usize> {
+    if probes.len() <= PROBE_CARDS {
+        return (0..probes.len()).collect();
+    }
+    let bad = |i: usize| {
+        let d = &probes[i].doc;
+        flagged.contains(&i) || d.warnings > 0 || d.error.is_some() || !d.complete
     };
-    for p in probes {
+    let mut order: Vec<usize> = (0..probes.len()).filter(|&i| bad(i)).collect();
+    order.extend((0..probes.len()).filter(|&i| !bad(i)));
+    order.truncate(PROBE_CARDS);
+    order
+}
+
+/// Several probes (the nodes of a fleet, or machines side by side): each figure on one axis
+/// with every device of every probe (past [`FLEET_BARS`], the outliers and the lowest, the rest
+/// summarised), the outliers (more than the lot's tolerance below the median of all the
+/// others) marked. Returns the probes that hold an outlier.
+fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<Vec<usize>, ReportError> {
+    // (figure name, label, unit, bars)
+    let mut figures: Vec<(String, String, &str, Vec<(usize, FleetBar)>)> = Vec::new();
+    let mut add =
+        |name: &str, label: &str, unit: &'static str, bar: (usize, FleetBar)| match figures
+            .iter_mut()
+            .find(|f| f.0 == name)
+        {
+            Some(f) => f.3.push(bar),
+            None => figures.push((name.to_string(), label.to_string(), unit, vec![bar])),
+        };
+    for (index, p) in probes.iter().enumerate() {
         let node = node_name(p);
         for d in &p.doc.devices {
             let label = format!("{node}/{}", d.device);
@@ -459,7 +498,7 @@ fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
                         reference: line_at(v, c.reference.as_ref()),
                         outlier: false,
                     };
-                    add(c.kind.name(), c.kind.label(), "GB/s", bar);
+                    add(c.kind.name(), c.kind.label(), "GB/s", (index, bar));
                 }
             }
             for g in &d.gemms {
@@ -474,14 +513,14 @@ fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
                         g.kind.name(),
                         &format!("{} GEMM", g.kind.name()),
                         "TFLOP/s",
-                        bar,
+                        (index, bar),
                     );
                 }
             }
         }
     }
     if figures.iter().all(|f| f.3.len() < 2) {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let tolerance = probes.first().map_or(lab::probe::LOT_OUTLIER_PERCENT, |p| {
         p.doc.configuration.lot_outlier_percent
@@ -493,13 +532,15 @@ fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
         number(tolerance, 0)
     );
     let mut named: Vec<String> = Vec::new();
+    let mut flagged: Vec<usize> = Vec::new();
     for (name, label, unit, bars) in &mut figures {
-        let values: Vec<f64> = bars.iter().map(|b| b.value).collect();
+        let values: Vec<f64> = bars.iter().map(|b| b.1.value).collect();
         for o in lab::stats::low_outliers_of_lot(&values, tolerance) {
-            bars[o.index].outlier = true;
+            bars[o.index].1.outlier = true;
+            flagged.push(bars[o.index].0);
             named.push(format!(
                 "{} {name}: {} {unit}, {}% below the others' median {}",
-                bars[o.index].label,
+                bars[o.index].1.label,
                 number(o.value, 1),
                 number(o.percent_below, 0),
                 number(o.median_of_others, 1)
@@ -508,13 +549,39 @@ fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
         if bars.len() < 2 {
             continue;
         }
+        let (drawn, caption) = if bars.len() > FLEET_BARS {
+            let mut sorted = values.clone();
+            sorted.sort_by(f64::total_cmp);
+            let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+            let mut order: Vec<&FleetBar> = bars.iter().map(|b| &b.1).collect();
+            order.sort_by(|a, b| b.outlier.cmp(&a.outlier).then(a.value.total_cmp(&b.value)));
+            order.truncate(FLEET_BARS);
+            let drawn: Vec<FleetBar> = order.into_iter().cloned().collect();
+            let caption = format!(
+                "{label}: the {} lowest of {} devices, outliers first (red), the black line the datasheet figure; all {}: min {}, 5th percentile {}, median {}, 95th percentile {}, max {} {unit}.",
+                drawn.len(),
+                bars.len(),
+                bars.len(),
+                number(at(0.0), 1),
+                number(at(0.05), 1),
+                number(at(0.5), 1),
+                number(at(0.95), 1),
+                number(at(1.0), 1)
+            );
+            (drawn, caption)
+        } else {
+            (
+                bars.iter().map(|b| b.1.clone()).collect(),
+                format!(
+                    "{label}: every device of every probe; red bars are outliers, the black line is the datasheet figure."
+                ),
+            )
+        };
         figure(
             out,
             "fleet-figure",
-            &format!(
-                "{label}: every device of every probe; red bars are outliers, the black line is the datasheet figure."
-            ),
-            &charts::fleet_bars(&format!("{label} across nodes"), unit, bars)?,
+            &caption,
+            &charts::fleet_bars(&format!("{label} across nodes"), unit, &drawn)?,
         );
     }
     if !named.is_empty() {
@@ -525,7 +592,9 @@ fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<(), ReportError> {
         out.push_str("</ul>\n");
     }
     out.push_str("</article>\n");
-    Ok(())
+    flagged.sort_unstable();
+    flagged.dedup();
+    Ok(flagged)
 }
 
 /// A probe: what was probed, a table of every figure against the datasheet, the warnings, and

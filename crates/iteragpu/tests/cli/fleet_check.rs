@@ -834,7 +834,12 @@ fn a_hardware_xid_fails_the_fleet_and_an_unread_kernel_log_only_warns() {
     let v = json_of(&check(libs.path(), &dir, &["--json"]).code(1));
     let first = &v["findings"][0];
     assert_eq!(
-        (&first["code"], &first["node"], &first["gpu"], &first["effect"]),
+        (
+            &first["code"],
+            &first["node"],
+            &first["gpu"],
+            &first["effect"]
+        ),
         (
             &json!("xid_hardware"),
             &json!("n2"),
@@ -842,5 +847,54 @@ fn a_hardware_xid_fails_the_fleet_and_an_unread_kernel_log_only_warns() {
             &json!("fails")
         ),
         "{v:#}"
+    );
+}
+
+#[test]
+fn a_large_fleets_page_shows_the_outliers_node_and_summarises_the_rest() {
+    let libs = StubDir::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("fleet");
+    fleet(libs.path(), &dir, EVEN);
+    // 40 nodes of 2 GPUs: n3's probe copied under new names, the last one 20% slow on cuda:1.
+    let big = tmp.path().join("big");
+    for i in 0..40 {
+        let node = big.join(format!("m{i:02}"));
+        std::fs::create_dir_all(&node).unwrap();
+        let mut v: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("n3/probe.json")).unwrap()).unwrap();
+        v["node"]["name"] = json!(format!("m{i:02}"));
+        if i == 39 {
+            for c in v["devices"][1]["copies"].as_array_mut().unwrap() {
+                if c["kind"] == "d2d" {
+                    c["gb_per_s"] = json!(1600.0);
+                }
+            }
+        }
+        std::fs::write(node.join("probe.json"), serde_json::to_vec(&v).unwrap()).unwrap();
+    }
+    let page = tmp.path().join("big.html");
+    let mut cmd = iteragpu(libs.path());
+    cmd.arg("report").arg(&big).arg("--output").arg(&page);
+    cmd.assert().success();
+    let html = std::fs::read_to_string(&page).unwrap();
+    let cards = html.match_indices("<article class=\"card probe\">").count();
+    assert_eq!(cards, 16, "{cards} probe cards");
+    // The outlier's node is the first card; the other 24 are summarised in one sentence.
+    let first_card = html.find("<article class=\"card probe\">").unwrap();
+    let m39 = html[first_card..].find("m39").expect("m39's card");
+    assert!(html[first_card..][..m39].matches("<article").count() == 1);
+    assert!(
+        html.contains("16 of 40 probes shown (those with an outlier, a warning or an error first); the other 24 are in the charts above, summarised."),
+        "{html}"
+    );
+    // 80 GPUs on the chart: the 64 lowest drawn, outlier first, the distribution said.
+    assert!(
+        html.contains("the 64 lowest of 80 devices, outliers first"),
+        "{html}"
+    );
+    assert!(
+        html.contains("outlier: m39/cuda:1 d2d: 1600.0 GB/s, 20% below"),
+        "{html}"
     );
 }

@@ -18,8 +18,8 @@ fn iteragpu() -> Command {
 /// A wheel-shaped zip holding `binary` where maturin puts a `bin` binding's program.
 fn wheel(path: &Path, binary: Option<&Path>) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Stored);
+    let options =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     zip.start_file("iteragpu-0.1.0.dist-info/METADATA", options)
         .unwrap();
     zip.write_all(b"Metadata-Version: 2.1\nName: iteragpu\nVersion: 0.1.0\n")
