@@ -32,10 +32,11 @@ pub const VLLM_BLOCK_TOKENS: u64 = 16;
 /// and the cumulative sum of top-p. Checked against published logs (a 128256-token vocabulary
 /// at 256 rows: 1.26 GiB; a 201088-token vocabulary at 1024 rows: 7.4 to 7.6 GiB with the
 /// non-torch memory); off by up to a quarter either way (FlashInfer's sampler holds less).
-/// Not every version holds this much: a vLLM 0.8 (V0) log of Qwen3-0.6B on an H100 at 8192
-/// batched tokens printed a 0.23 GiB peak (generative-computing/mellea#416), where 256 rows of
-/// its 151936 logits at this rate would be 1.45 GiB, so for a small model with a large
-/// vocabulary the budget may under-state the pool; it does not over-state it.
+/// Not every run holds this much: a vLLM 0.8 (V0) log on an H100 (generative-computing/mellea
+/// pull request 416) printed a 0.23 GiB peak at 8192 batched tokens for a model whose 1.12 GiB
+/// of weights and 114688-byte KV token are Qwen3-0.6B's; 256 rows of its 151936 logits at this
+/// rate would be 1.45 GiB. The log does not say its `max_num_seqs`, so it is not in the fixture;
+/// where the rate over-counts, the budget under-states the pool, it does not over-state it.
 pub const SAMPLER_BYTES_PER_LOGIT: u128 = 40;
 
 /// Which engine's budget.
