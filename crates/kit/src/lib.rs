@@ -30,7 +30,7 @@ pub mod structure;
 pub mod verify;
 
 pub use archive::{Kit, KitOptions, build, write_new};
-pub use binary::Binary;
+pub use binary::{Binary, GlibcVersion, KIT_GLIBC, glibc_needed};
 pub use error::KitError;
 pub use manifest::{MANIFEST_NAME, Manifest, ManifestEntry, ManifestTool, SHA256SUMS_NAME};
 pub use members::{BINARY_FOLDER, MEMBERS, Member, ROOT};

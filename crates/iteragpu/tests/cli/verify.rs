@@ -390,7 +390,7 @@ fn a_local_header_that_differs_from_its_central_entry_is_caught() {
         &bad,
         &[
             "complete: no",
-            "zip structure: the local header of iteragpu-lab-v1/README.md names it ../../../../../tmp/EVL.md",
+            "archive structure: the local header of iteragpu-lab-v1/README.md names it ../../../../../tmp/EVL.md",
             "valid: yes",
         ],
     );
@@ -439,7 +439,7 @@ fn data_before_between_or_after_the_entries_is_refused() {
         std::fs::write(&path, bytes).unwrap();
         fails_with(
             &path,
-            &["complete: no", &format!("zip structure: {message}")],
+            &["complete: no", &format!("archive structure: {message}")],
         );
     }
 }
