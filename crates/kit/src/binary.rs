@@ -408,7 +408,10 @@ mod tests {
         let bytes = std::fs::read(&exe).unwrap();
         let found = glibc_needed(&bytes).unwrap();
         if cfg!(target_env = "gnu") {
-            assert!(found.is_some_and(|v| v >= GlibcVersion([2, 2, 5])), "{found:?}");
+            assert!(
+                found.is_some_and(|v| v >= GlibcVersion([2, 2, 5])),
+                "{found:?}"
+            );
         }
         let Ok(out) = std::process::Command::new("objdump")
             .arg("-T")

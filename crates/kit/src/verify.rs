@@ -1193,7 +1193,8 @@ mod tests {
                 e.read_to_end(&mut bytes).unwrap();
                 change(&member, &mut bytes);
                 header.set_size(bytes.len() as u64);
-                out.append_data(&mut header, &member, bytes.as_slice()).unwrap();
+                out.append_data(&mut header, &member, bytes.as_slice())
+                    .unwrap();
             }
             if link {
                 let mut header = tar::Header::new_ustar();
@@ -1213,7 +1214,11 @@ mod tests {
         };
         let report = rewrite("changed.tar.gz", &flip, false);
         assert!(report.complete && !report.valid, "{report:#?}");
-        assert!(report.failures[0].message.starts_with("hash mismatch: README.md"));
+        assert!(
+            report.failures[0]
+                .message
+                .starts_with("hash mismatch: README.md")
+        );
         let report = rewrite("link.tar.gz", &|_: &str, _: &mut Vec<u8>| {}, true);
         assert!(!report.complete && report.valid, "{report:#?}");
         assert!(
@@ -1236,8 +1241,10 @@ mod tests {
         let report = verify(&trailing).unwrap();
         assert!(!report.complete, "{report:#?}");
         assert!(
-            report.failures.iter().any(|f| f.message
-                == "archive structure: data after the tar archive's end"),
+            report
+                .failures
+                .iter()
+                .any(|f| f.message == "archive structure: data after the tar archive's end"),
             "{report:#?}"
         );
 

@@ -21,6 +21,16 @@ use assert_cmd::Command;
 
 use crate::stubs::{StubDir, system_has_driver};
 
+/// What an example needs beyond this checkout.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    Nothing,
+    /// An NVIDIA GPU and its driver.
+    Gpu,
+    /// A `python3` on the PATH with PyTorch.
+    Torch,
+}
+
 /// One `--help` example and what running it must give.
 struct Example {
     /// The example as `--help` shows it, continuation lines joined with one space.
@@ -33,8 +43,8 @@ struct Example {
     as_run: Option<&'static str>,
     /// A shell line run before it (cleaning what an earlier example wrote), or "".
     before: &'static str,
-    /// It needs an NVIDIA GPU: with a real driver on this machine, it must exit 0 instead.
-    gpu: bool,
+    /// What it needs that a test machine may lack; where this one has it, it must exit 0.
+    needs: Need,
 }
 
 const fn ok(example: &'static str) -> Example {
@@ -44,10 +54,11 @@ const fn ok(example: &'static str) -> Example {
         why: "",
         as_run: None,
         before: "",
-        gpu: false,
+        needs: Need::Nothing,
     }
 }
 
+/// `exit` is 2 here: a GPU that is not there is refused input, and nothing is written.
 const fn no_gpu(example: &'static str, exit: i32) -> Example {
     Example {
         example,
@@ -55,7 +66,7 @@ const fn no_gpu(example: &'static str, exit: i32) -> Example {
         why: "needs an NVIDIA GPU: without one it stops at the device check",
         as_run: None,
         before: "",
-        gpu: true,
+        needs: Need::Gpu,
     }
 }
 
@@ -74,7 +85,15 @@ const EXAMPLES: &[Example] = &[
     ok("iteragpu environment --device cuda:0,1 --json"),
     ok("iteragpu environment --package b200:7:1"),
     ok("iteragpu environment --package b200:7:4 --node n1 # one node of four"),
-    ok("iteragpu environment --engine torch --package mi300x:7:1 # an AMD lot, through PyTorch"),
+    Example {
+        example: "iteragpu environment --engine torch --package mi300x:7:1 # an AMD lot, through PyTorch",
+        exit: 2,
+        why: "needs a python3 with PyTorch on the PATH (the tests' machine has none): refused \
+              without one",
+        as_run: None,
+        before: "",
+        needs: Need::Torch,
+    },
     // estimate
     ok("iteragpu estimate --parameters 7000000000 --bits 16 --reserve-gib 4"),
     ok("iteragpu estimate --parameters 70B --bits 4"),
@@ -92,21 +111,47 @@ const EXAMPLES: &[Example] = &[
     ok("iteragpu price --gpu l40s --days 3 --lots 4 --catalogue my-tariffs.csv --json"),
     // fit
     ok("iteragpu fit --model data/models/llama-3.1-8b --context 8192"),
-    ok("iteragpu fit --model data/models/llama-3.1-8b --context 16384 --gpu-memory-utilization 0.95 --max-num-seqs 256"),
-    ok("iteragpu fit --model data/models/qwen3-8b --context 32768 --serve sglang --kv-cache-dtype fp8"),
+    ok(
+        "iteragpu fit --model data/models/llama-3.1-8b --context 16384 --gpu-memory-utilization 0.95 --max-num-seqs 256",
+    ),
+    ok(
+        "iteragpu fit --model data/models/qwen3-8b --context 32768 --serve sglang --kv-cache-dtype fp8",
+    ),
     ok("iteragpu fit --model data/models/llama-3.1-8b --context 8192 --serve none --reserve-gib 2"),
     ok("iteragpu fit --model data/models/mixtral-8x7b-v0.1 --context 32768 --batch 8 --days 7"),
     ok("iteragpu fit --model data/models/llama-3.1-8b --context 8192 --fits-only --limit 5"),
     ok("iteragpu fit --model data/models/llama-3.1-8b --gpu h100-sxm,l40s --sort price-per-mtok"),
-    ok("iteragpu fit --model data/models/llama-3.1-8b --context 8192 --probe probe.json"),
+    Example {
+        example: "iteragpu fit --model data/models/llama-3.1-8b --context 8192 --probe probe.json",
+        exit: 2,
+        why: "needs a probe of a GPU (iteragpu probe --device cuda:0): here probe.json is the CPU's, \
+              which is refused",
+        as_run: None,
+        before: "",
+        needs: Need::Gpu,
+    },
     ok("iteragpu fit --parameters 70B --bits 16 --max-gpus 8 --json"),
-    ok("iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --serve none --reserve-gib 4"),
+    ok(
+        "iteragpu fit --model path/to/model-folder --bits 4 --group-size 128 --serve none --reserve-gib 4",
+    ),
     // measure
-    no_gpu("iteragpu measure --device cuda:0 --batch 1 --context 16 --width 64 --dtype float32 --warmup 1 --repeats 2 --output small-run.json", 1),
-    no_gpu("iteragpu measure --device cuda:0 --batch 2 --context 128 --width 1024 --dtype bfloat16 --warmup 3 --repeats 5 --output run.json", 1),
-    ok("iteragpu measure --device cpu --batch 1 --context 16 --width 64 --output cpu-reference.json"),
-    ok("iteragpu measure --device cpu --batch 2 --context 128 --width 1024 --threads 2 --max-memory 2GiB --output cpu-2-threads.json"),
-    ok("iteragpu measure --plan --device cuda --compute-capability 9.0 --batch 8 --context 4096 --width 8192 --dtype bfloat16"),
+    no_gpu(
+        "iteragpu measure --device cuda:0 --batch 1 --context 16 --width 64 --dtype float32 --warmup 1 --repeats 2 --output small-run.json",
+        2,
+    ),
+    no_gpu(
+        "iteragpu measure --device cuda:0 --batch 2 --context 128 --width 1024 --dtype bfloat16 --warmup 3 --repeats 5 --output run.json",
+        2,
+    ),
+    ok(
+        "iteragpu measure --device cpu --batch 1 --context 16 --width 64 --output cpu-reference.json",
+    ),
+    ok(
+        "iteragpu measure --device cpu --batch 2 --context 128 --width 1024 --threads 2 --max-memory 2GiB --output cpu-2-threads.json",
+    ),
+    ok(
+        "iteragpu measure --plan --device cuda --compute-capability 9.0 --batch 8 --context 4096 --width 8192 --dtype bfloat16",
+    ),
     // kit, verify
     ok("iteragpu kit --output iteragpu-lab-v1.zip"),
     Example {
@@ -114,8 +159,10 @@ const EXAMPLES: &[Example] = &[
         exit: 2,
         why: NO_RELEASE,
         as_run: None,
-        before: "rm iteragpu-lab-v1.zip iteragpu-lab-v1.tar.gz",
-        gpu: false,
+        before: "rm iteragpu-lab-v1.zip iteragpu-lab-v1.tar.gz; \
+                 mkdir dist/x86_64-unknown-linux-gnu; \
+                 cp \"$(command -v iteragpu)\" dist/x86_64-unknown-linux-gnu/",
+        needs: Need::Nothing,
     },
     Example {
         example: "iteragpu kit --output iteragpu-lab-v1.zip --binary dist/x86_64-unknown-linux-gnu/iteragpu --binary dist/aarch64-unknown-linux-gnu/iteragpu",
@@ -123,15 +170,16 @@ const EXAMPLES: &[Example] = &[
         why: "needs both portable binaries of scripts/release.sh; dist/ here holds no aarch64 one",
         as_run: None,
         before: "",
-        gpu: false,
+        needs: Need::Nothing,
     },
     Example {
         example: "iteragpu verify iteragpu-lab-v1.zip",
         exit: 0,
         why: "",
         as_run: None,
-        before: "iteragpu kit --output iteragpu-lab-v1.zip >/dev/null",
-        gpu: false,
+        before: "rm -r dist/x86_64-unknown-linux-gnu; \
+                 iteragpu kit --output iteragpu-lab-v1.zip >/dev/null 2>&1",
+        needs: Need::Nothing,
     },
     ok("iteragpu verify iteragpu-lab-v1.tar.gz"),
     Example {
@@ -140,7 +188,7 @@ const EXAMPLES: &[Example] = &[
         why: "",
         as_run: None,
         before: "tar -xzf iteragpu-lab-v1.tar.gz",
-        gpu: false,
+        needs: Need::Nothing,
     },
     ok("iteragpu verify iteragpu-lab-v1.zip --json"),
     // protocol ($EDITOR fills every field in, as a renter would)
@@ -154,7 +202,7 @@ const EXAMPLES: &[Example] = &[
         why: "needs a measurement made on an H200: here m.json is a CPU run, which is refused",
         as_run: None,
         before: "",
-        gpu: true,
+        needs: Need::Gpu,
     },
     Example {
         example: "iteragpu record --results data/resultats-bruts.csv --protocol protocol.txt --measurement m2.json --rental h200-sept-a --package h200:7:1 --submitted 500 --accepted 468 --notes \"rerun, same corpus\"",
@@ -162,15 +210,23 @@ const EXAMPLES: &[Example] = &[
         why: "needs a measurement made on an H200: here m2.json is a CPU run, which is refused",
         as_run: None,
         before: "",
-        gpu: true,
+        needs: Need::Gpu,
     },
-    ok("iteragpu record --results rehearsal.csv --protocol protocol.txt --measurement cpu.json --rental rehearsal --package h200:7:1 --submitted 10 --accepted 10 --allow-device-mismatch"),
+    ok(
+        "iteragpu record --results rehearsal.csv --protocol protocol.txt --measurement cpu.json --rental rehearsal --package h200:7:1 --submitted 10 --accepted 10 --allow-device-mismatch",
+    ),
     ok("iteragpu cost --results data/resultats-bruts.csv"),
     ok("iteragpu cost --results data/resultats-bruts.csv --catalogue my-tariffs.csv --json"),
     // sweep
-    no_gpu("iteragpu sweep --device cuda:0 --batch 2 --context 128 --width 64..8192:x2 --dtype bfloat16 --warmup 1 --repeats 3 --output-dir runs/width", 1),
+    no_gpu(
+        "iteragpu sweep --device cuda:0 --batch 2 --context 128 --width 64..8192:x2 --dtype bfloat16 --warmup 1 --repeats 3 --output-dir runs/width",
+        2,
+    ),
     ok("iteragpu sweep --device cpu --batch 1,2,4,8 --width 256 --output-dir runs/batch"),
-    no_gpu("iteragpu sweep --device cuda:0 --context 128..2048:+128 --max-memory 6GiB --output-dir runs/ctx", 1),
+    no_gpu(
+        "iteragpu sweep --device cuda:0 --context 128..2048:+128 --max-memory 6GiB --output-dir runs/ctx",
+        2,
+    ),
     // fleet
     Example {
         example: "iteragpu fleet slurm --package b200:7:4 --nodes 4 --output /shared/fleet",
@@ -178,32 +234,38 @@ const EXAMPLES: &[Example] = &[
         why: NO_CLUSTER,
         as_run: Some("iteragpu fleet slurm --package b200:7:4 --nodes 4 --output shared/fleet"),
         before: "mkdir -p shared",
-        gpu: false,
+        needs: Need::Nothing,
     },
     Example {
         example: "iteragpu fleet slurm --package b200:7:4 --nodes 2 --partition gpu --submit --output /shared/fleet",
         exit: 0,
         why: NO_CLUSTER,
-        as_run: Some("iteragpu fleet slurm --package b200:7:4 --nodes 2 --partition gpu --output shared/fleet-2"),
+        as_run: Some(
+            "iteragpu fleet slurm --package b200:7:4 --nodes 2 --partition gpu --output shared/fleet-2",
+        ),
         before: "",
-        gpu: false,
+        needs: Need::Nothing,
     },
     Example {
         example: "iteragpu fleet slurm --package b200:7:4 --nodes 4 --device cpu --submit --output /shared/try",
         exit: 0,
         why: NO_CLUSTER,
-        as_run: Some("iteragpu fleet slurm --package b200:7:4 --nodes 4 --device cpu --output shared/try"),
+        as_run: Some(
+            "iteragpu fleet slurm --package b200:7:4 --nodes 4 --device cpu --output shared/try",
+        ),
         before: "",
-        gpu: false,
+        needs: Need::Nothing,
     },
-    ok("iteragpu fleet skypilot --package b200:7:4 --nodes 4 --wheel dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl --output fleet.yaml"),
+    ok(
+        "iteragpu fleet skypilot --package b200:7:4 --nodes 4 --wheel dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl --output fleet.yaml",
+    ),
     Example {
         example: "iteragpu fleet skypilot --package b200:7:4 --nodes 2 --kit kit/ --results s3://my-bucket/fleet --output fleet.yaml",
         exit: 0,
         why: "",
         as_run: None,
         before: "rm fleet.yaml fleet.plan.json",
-        gpu: false,
+        needs: Need::Nothing,
     },
     Example {
         example: "iteragpu fleet check /shared/fleet",
@@ -212,7 +274,7 @@ const EXAMPLES: &[Example] = &[
               here instead of /shared) fails with every node missing",
         as_run: Some("iteragpu fleet check shared/fleet"),
         before: "",
-        gpu: false,
+        needs: Need::Nothing,
     },
     Example {
         example: "iteragpu fleet check /shared/fleet --package b200:7:4 --nodes 4 --json",
@@ -221,25 +283,41 @@ const EXAMPLES: &[Example] = &[
               here instead of /shared) fails with every node missing",
         as_run: Some("iteragpu fleet check shared/fleet --package b200:7:4 --nodes 4 --json"),
         before: "",
-        gpu: false,
+        needs: Need::Nothing,
     },
     // report
-    ok("iteragpu report runs --output report.html"),
+    ok("iteragpu report runs/batch --output report.html"),
     ok("iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html"),
-    ok("iteragpu report run.json probe.json --output with-probe.html"),
-    ok("iteragpu price --gpu h100-sxm --days 7 --lots 1 --accepted-results 500 --json > price.json"),
+    Example {
+        example: "iteragpu report run.json probe.json --output with-probe.html",
+        exit: 0,
+        why: "",
+        as_run: None,
+        // run.json is the GPU measurement above, which needs a GPU: a CPU run stands in.
+        before: "[ -e run.json ] || cp cpu.json run.json",
+        needs: Need::Nothing,
+    },
+    ok(
+        "iteragpu price --gpu h100-sxm --days 7 --lots 1 --accepted-results 500 --json > price.json",
+    ),
     ok("iteragpu report sweeps/width price.json --output with-cost.html"),
     // probe
     Example {
         example: "iteragpu probe --device all --output probe.json",
-        exit: 1,
+        exit: 2,
         why: "needs an NVIDIA GPU: without one it stops at the device check",
         as_run: None,
         before: "rm probe.json",
-        gpu: true,
+        needs: Need::Gpu,
     },
-    no_gpu("iteragpu probe --device all --package b200:7:1 --seconds 30 --output lot.json", 1),
-    no_gpu("iteragpu probe --device cuda:0,1 --concurrent --output pair.json", 1),
+    no_gpu(
+        "iteragpu probe --device all --package b200:7:1 --seconds 30 --output lot.json",
+        2,
+    ),
+    no_gpu(
+        "iteragpu probe --device cuda:0,1 --concurrent --output pair.json",
+        2,
+    ),
     ok("iteragpu probe --device cpu --seconds 2 --output host.json"),
     // completions, man
     ok("iteragpu completions bash > ~/.local/share/bash-completion/completions/iteragpu"),
@@ -287,9 +365,9 @@ fn commands(help: &str) -> Vec<String> {
 
 /// The examples of one help text, continuations joined; a stray line is an error.
 fn examples(help: &str) -> Result<Vec<String>, String> {
-    let mut found = Vec::new();
+    let mut found: Vec<String> = Vec::new();
     let mut inside = false;
-    let mut open: Option<String> = None;
+    let mut continuing = false;
     for line in help.lines() {
         if line == "Examples:" {
             inside = true;
@@ -302,30 +380,30 @@ fn examples(help: &str) -> Result<Vec<String>, String> {
             break;
         }
         let text = line.trim();
-        match open.take() {
-            Some(mut start) => start.push_str(text),
-            None if text.starts_with("iteragpu ") || text.starts_with("$EDITOR ") => {
-                open = Some(String::new());
-                found.push(String::new());
-            }
-            None => return Err(format!("a line that is not a command nor a continuation: {line:?}")),
+        if continuing {
+            found.last_mut().unwrap().push(' ');
+        } else if text.starts_with("iteragpu ") || text.starts_with("$EDITOR ") {
+            found.push(String::new());
+        } else {
+            return Err(format!(
+                "a line that is neither a command nor a continuation: {line:?}"
+            ));
         }
-        let last = found.last_mut().unwrap();
-        if !last.is_empty() {
-            last.push(' ');
-        }
-        match text.strip_suffix('\\') {
-            Some(head) => {
-                last.push_str(head.trim_end());
-                open = Some(String::new());
-            }
-            None => last.push_str(text),
-        }
+        let (body, goes_on) = match text.strip_suffix('\\') {
+            Some(head) => (head.trim_end(), true),
+            None => (text, false),
+        };
+        found.last_mut().unwrap().push_str(body);
+        continuing = goes_on;
     }
-    if open.is_some() {
+    if continuing {
         return Err("the last example ends with `\\`".to_string());
     }
-    Ok(found)
+    // Runs of spaces (before a `# comment`, after a joined `\`) are one space.
+    Ok(found
+        .into_iter()
+        .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect())
 }
 
 /// Every example of every command's help, with the command it is under.
@@ -356,13 +434,24 @@ fn collect() -> (Vec<(String, String)>, Vec<String>) {
 fn prepare(dir: &Path, home: &Path, fixtures: &Path) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let copy = |from: &Path, to: &Path| {
-        let ok = Process::new("cp").arg("-r").arg(from).arg(to).status().unwrap();
+        let ok = Process::new("cp")
+            .arg("-r")
+            .arg(from)
+            .arg(to)
+            .status()
+            .unwrap();
         assert!(ok.success());
     };
     copy(&repo.join("data"), &dir.join("data"));
     std::fs::create_dir_all(dir.join("path/to")).unwrap();
-    copy(&repo.join("data/models/llama-3.1-8b"), &dir.join("path/to/model-folder"));
-    copy(&repo.join("data/tarifs-forfaits.csv"), &dir.join("my-tariffs.csv"));
+    copy(
+        &repo.join("data/models/llama-3.1-8b"),
+        &dir.join("path/to/model-folder"),
+    );
+    copy(
+        &repo.join("data/tarifs-forfaits.csv"),
+        &dir.join("my-tariffs.csv"),
+    );
     let run = |args: &[&str]| {
         Command::cargo_bin("iteragpu")
             .unwrap()
@@ -372,16 +461,47 @@ fn prepare(dir: &Path, home: &Path, fixtures: &Path) {
             .assert()
             .success();
     };
-    run(&["measure", "--device", "cpu", "--batch", "1", "--context", "16", "--width", "64", "--output", "cpu.json"]);
-    for name in ["run.json", "m.json", "m2.json", "h100/run.json", "a100/run.json"] {
+    run(&[
+        "measure",
+        "--device",
+        "cpu",
+        "--batch",
+        "1",
+        "--context",
+        "16",
+        "--width",
+        "64",
+        "--output",
+        "cpu.json",
+    ]);
+    for name in ["m.json", "m2.json", "h100/run.json", "a100/run.json"] {
         let to = dir.join(name);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(dir.join("cpu.json"), to).unwrap();
     }
-    run(&["probe", "--device", "cpu", "--seconds", "1", "--output", "probe.json"]);
-    run(&["sweep", "--device", "cpu", "--batch", "1", "--context", "16", "--width", "64,128", "--output-dir", "sweeps/width"]);
-    std::fs::create_dir_all(dir.join("dist/x86_64-unknown-linux-gnu")).unwrap();
-    std::fs::copy(bin(), dir.join("dist/x86_64-unknown-linux-gnu/iteragpu")).unwrap();
+    run(&[
+        "probe",
+        "--device",
+        "cpu",
+        "--seconds",
+        "1",
+        "--output",
+        "probe.json",
+    ]);
+    run(&[
+        "sweep",
+        "--device",
+        "cpu",
+        "--batch",
+        "1",
+        "--context",
+        "16",
+        "--width",
+        "64,128",
+        "--output-dir",
+        "sweeps/width",
+    ]);
+    std::fs::create_dir_all(dir.join("dist")).unwrap();
     crate::fleet_skypilot::wheel(
         &dir.join("dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl"),
         Some(&bin()),
@@ -396,7 +516,12 @@ fn prepare(dir: &Path, home: &Path, fixtures: &Path) {
         .unwrap();
     assert!(ok.success());
     std::fs::rename(fixtures.join("iteragpu-lab-v1"), dir.join("kit")).unwrap();
-    for folder in [".local/share/bash-completion/completions", ".zfunc", ".config/fish/completions", ".local/bin"] {
+    for folder in [
+        ".local/share/bash-completion/completions",
+        ".zfunc",
+        ".config/fish/completions",
+        ".local/bin",
+    ] {
         std::fs::create_dir_all(home.join(folder)).unwrap();
     }
     // The protocol a renter fills in, as $EDITOR leaves it.
@@ -410,10 +535,17 @@ fn prepare(dir: &Path, home: &Path, fixtures: &Path) {
     let editor = fixtures.join("editor");
     std::fs::write(
         &editor,
-        format!("#!/bin/sh\ncp '{}' \"$1\"\n", fixtures.join("filled.txt").display()),
+        format!(
+            "#!/bin/sh\ncp '{}' \"$1\"\n",
+            fixtures.join("filled.txt").display()
+        ),
     )
     .unwrap();
-    let ok = Process::new("chmod").arg("755").arg(&editor).status().unwrap();
+    let ok = Process::new("chmod")
+        .arg("755")
+        .arg(&editor)
+        .status()
+        .unwrap();
     assert!(ok.success());
 }
 
@@ -422,7 +554,9 @@ fn every_help_example_runs_as_written() {
     let (collected, mut problems) = collect();
     for (command, example) in &collected {
         if !EXAMPLES.iter().any(|e| e.example == example) {
-            problems.push(format!("iteragpu {command} --help: not in EXAMPLES: {example}"));
+            problems.push(format!(
+                "iteragpu {command} --help: not in EXAMPLES: {example}"
+            ));
         }
     }
     for e in EXAMPLES {
@@ -441,6 +575,10 @@ fn every_help_example_runs_as_written() {
     let home = dir.path().join("home");
     prepare(dir.path(), &home, fixtures.path());
     let gpu = system_has_driver();
+    let torch = Process::new("python3")
+        .args(["-c", "import torch"])
+        .output()
+        .is_ok_and(|o| o.status.success());
     let path = format!(
         "{}:{}:{}",
         bin().parent().unwrap().display(),
@@ -466,7 +604,12 @@ fn every_help_example_runs_as_written() {
             .output()
             .unwrap();
         let code = out.status.code().unwrap_or(-1);
-        let expected = if e.gpu && gpu { 0 } else { e.exit };
+        let has = match e.needs {
+            Need::Nothing => false,
+            Need::Gpu => gpu,
+            Need::Torch => torch,
+        };
+        let expected = if has { 0 } else { e.exit };
         if code != expected {
             let stderr = String::from_utf8_lossy(&out.stderr);
             failures.push(format!(
@@ -476,4 +619,28 @@ fn every_help_example_runs_as_written() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The reader of `Examples:` blocks joins `\` continuations and refuses what a copy would
+/// break: a line wrapped by the layout, a last line that goes on to nothing.
+#[test]
+fn a_wrapped_example_is_refused_and_a_continued_one_joined() {
+    let joined = "Usage: x\n\nExamples:\n  iteragpu a --b 1 \\\n      --c 2   # note\n  $EDITOR f\n\nMore.\n";
+    assert_eq!(
+        examples(joined).unwrap(),
+        ["iteragpu a --b 1 --c 2 # note", "$EDITOR f"]
+    );
+    let wrapped =
+        "Examples:\n  iteragpu fit --model m --gpu-memory-utilization 0.95\n  --max-num-seqs 256\n";
+    assert!(
+        examples(wrapped)
+            .unwrap_err()
+            .contains("--max-num-seqs 256")
+    );
+    let open = "Examples:\n  iteragpu a \\\n";
+    assert!(examples(open).unwrap_err().contains("ends with"));
+    assert_eq!(
+        commands("Commands:\n  slurm  Write\n         more\n  help   Print\n\nOptions:\n"),
+        ["slurm"]
+    );
 }

@@ -103,7 +103,9 @@ fn a_tar_gz_is_written_beside_the_zip() {
         .arg(dir.path().join("a.tar.gz"))
         .assert()
         .success()
-        .stdout(predicate::str::contains("(tar.gz, manifest in iteragpu-lab-v1/)"));
+        .stdout(predicate::str::contains(
+            "(tar.gz, manifest in iteragpu-lab-v1/)",
+        ));
 
     iteragpu()
         .current_dir(dir.path())
