@@ -268,12 +268,20 @@ pub enum VerifyError {
         /// Its kind: a path that is not there is refused input (exit 2), not a broken kit.
         kind: std::io::ErrorKind,
     },
-    /// A file that is neither a zip archive nor a gzip-compressed tar archive.
+    /// A file that is not a zip archive (nor a gzip file).
     #[error("{} is not a readable zip archive ({reason}); give a .zip, a .tar.gz or an extracted folder", path.display())]
     NotZip {
         /// The path given.
         path: PathBuf,
         /// The zip reader's error.
+        reason: String,
+    },
+    /// A gzip file whose first tar header cannot be read.
+    #[error("{} is not a readable tar.gz archive ({reason}); give a .zip, a .tar.gz or an extracted folder", path.display())]
+    NotTarGz {
+        /// The path given.
+        path: PathBuf,
+        /// The gzip or tar reader's error.
         reason: String,
     },
 }
@@ -742,9 +750,9 @@ fn verify_tar_gz(path: &Path) -> Result<Report, VerifyError> {
         kind: e.kind(),
     })?;
     let mut report = Report::new(path, Source::TarGz);
-    let not_tar = |reason: String| VerifyError::NotZip {
+    let not_tar = |reason: String| VerifyError::NotTarGz {
         path: path.to_path_buf(),
-        reason: format!("nor a tar.gz: {reason}"),
+        reason,
     };
     let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(BufReader::new(file)));
     let entries = archive.entries().map_err(|e| not_tar(e.to_string()))?;
