@@ -30,9 +30,11 @@ pub enum Command {
     /// Measure the synthetic Linear -> GELU -> Linear model phase by phase (time and memory)
     /// and write one JSON document that must not exist yet.
     Measure(crate::cmd::measure::Args),
-    /// Write the kit: a deterministic zip with the documents, data, MANIFEST.json and SHA256SUMS.
+    /// Write the kit: a deterministic zip, and the same as a .tar.gz, with the documents, data,
+    /// MANIFEST.json and SHA256SUMS.
     Kit(crate::cmd::kit::Args),
-    /// Check a kit (zip or extracted folder) against its MANIFEST.json: complete, then valid.
+    /// Check a kit (zip, tar.gz or extracted folder) against its MANIFEST.json: complete, then
+    /// valid.
     Verify(crate::cmd::verify::Args),
     /// Write (`init`) and lock (`lock`) the quality protocol, before the test.
     Protocol(crate::cmd::protocol::Args),

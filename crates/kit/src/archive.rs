@@ -1,4 +1,5 @@
-//! Building the zip, byte for byte the same for the same inputs.
+//! Building the zip and the `.tar.gz`, each byte for byte the same for the same inputs, both
+//! holding the same members under the same names, the same MANIFEST.json and SHA256SUMS.
 
 use std::collections::BTreeMap;
 use std::io::{Cursor, Write};
@@ -33,6 +34,9 @@ pub struct KitOptions {
 pub struct Kit {
     /// The zip file's bytes.
     pub bytes: Vec<u8>,
+    /// The same members as a gzip-compressed tar archive, for machines without `unzip` or
+    /// `python3`: `tar -xzf` unpacks it with nothing but tar and gzip.
+    pub tar_gz: Vec<u8>,
     /// Its manifest.
     pub manifest: Manifest,
 }
@@ -113,7 +117,38 @@ pub fn build(options: &KitOptions) -> Result<Kit, KitError> {
         }
     }
     let bytes = zip.finish()?.into_inner();
-    Ok(Kit { bytes, manifest })
+    let tar_gz = tar_gz(&entries).map_err(KitError::Tar)?;
+    Ok(Kit {
+        bytes,
+        tar_gz,
+        manifest,
+    })
+}
+
+/// 1980-01-01 00:00 UTC, the zip's date (its format's earliest), as a Unix time.
+const TAR_MTIME: u64 = 315_532_800;
+
+/// The entries as a POSIX ustar archive (owner 0:0 with no names, the zip's dates and
+/// permissions), gzip-compressed without a file name or time in its header.
+fn tar_gz(entries: &BTreeMap<String, Entry<'_>>) -> std::io::Result<Vec<u8>> {
+    let gz = flate2::GzBuilder::new().write(Vec::new(), flate2::Compression::new(LEVEL as u32));
+    let mut tar = tar::Builder::new(gz);
+    tar.mode(tar::HeaderMode::Deterministic);
+    for (name, entry) in entries {
+        let mut header = tar::Header::new_ustar();
+        header.set_mtime(TAR_MTIME);
+        header.set_uid(0);
+        header.set_gid(0);
+        let (kind, mode, bytes): (_, _, &[u8]) = match entry {
+            Entry::Folder => (tar::EntryType::Directory, EXEC_MODE, &[]),
+            Entry::File { bytes, mode } => (tar::EntryType::Regular, *mode, bytes),
+        };
+        header.set_entry_type(kind);
+        header.set_mode(mode);
+        header.set_size(bytes.len() as u64);
+        tar.append_data(&mut header, name, bytes)?;
+    }
+    tar.into_inner()?.finish()
 }
 
 /// Writes `bytes` to `path`, which must not exist yet. The bytes go to a temporary file in the
@@ -151,6 +186,7 @@ mod tests {
         let a = build(&options(vec![])).unwrap();
         let b = build(&options(vec![])).unwrap();
         assert_eq!(a.bytes, b.bytes);
+        assert_eq!(a.tar_gz, b.tar_gz);
         let c = build(&options(vec![arm(b"one")])).unwrap();
         assert_ne!(a.bytes, c.bytes);
         let err = build(&options(vec![arm(b"one"), arm(b"two")])).unwrap_err();

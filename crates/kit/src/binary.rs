@@ -154,6 +154,125 @@ pub fn builder_paths(bytes: &[u8]) -> Vec<String> {
     found
 }
 
+/// The glibc the kit's README promises its binaries start on: 2.28 (Debian 10, Ubuntu 20.04,
+/// RHEL 8), the version scripts/release.sh links against.
+pub const KIT_GLIBC: GlibcVersion = GlibcVersion([2, 28, 0]);
+
+/// A glibc version, as its symbol versions spell it: `GLIBC_2.2.5`, `GLIBC_2.35`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GlibcVersion(pub [u32; 3]);
+
+impl GlibcVersion {
+    /// `2.35` from `GLIBC_2.35`; None for `GLIBC_PRIVATE` and other names.
+    pub fn from_symbol_version(name: &str) -> Option<GlibcVersion> {
+        let digits = name.strip_prefix("GLIBC_")?;
+        let mut parts = [0u32; 3];
+        let mut count = 0;
+        for part in digits.split('.') {
+            if count == 3 || part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            parts[count] = part.parse().ok()?;
+            count += 1;
+        }
+        (count >= 2).then_some(GlibcVersion(parts))
+    }
+}
+
+impl std::fmt::Display for GlibcVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [major, minor, patch] = self.0;
+        if patch == 0 {
+            write!(f, "{major}.{minor}")
+        } else {
+            write!(f, "{major}.{minor}.{patch}")
+        }
+    }
+}
+
+const SHT_GNU_VERNEED: u32 = 0x6fff_fffe;
+
+/// The newest glibc a 64-bit little-endian ELF file asks for: the highest `GLIBC_x.y[.z]` among
+/// the version needs of its `.gnu.version_r` section (what `objdump -T` shows as `(GLIBC_2.35)`
+/// beside the symbols it imports). The loader refuses to start it on an older glibc. None for a
+/// file with no glibc version needs (a static or musl build); the reason when the section is
+/// malformed.
+pub fn glibc_needed(bytes: &[u8]) -> Result<Option<GlibcVersion>, String> {
+    let cut = |what: &str| format!("its {what} is cut short or points outside the file");
+    let shoff = u64_at(bytes, 40).ok_or_else(|| cut("ELF header"))?;
+    let shentsize = usize::from(u16_at(bytes, 58).ok_or_else(|| cut("ELF header"))?);
+    let shnum = usize::from(u16_at(bytes, 60).ok_or_else(|| cut("ELF header"))?);
+    if shnum > 0 && shentsize < 64 {
+        return Err(format!("its section headers are {shentsize} bytes, not 64"));
+    }
+    let section = |i: usize| -> Result<(u32, usize, usize, u32, u32), String> {
+        let at = i
+            .checked_mul(shentsize)
+            .and_then(|o| o.checked_add(shoff))
+            .ok_or_else(|| cut("section table"))?;
+        let kind = u32_at(bytes, at + 4).ok_or_else(|| cut("section table"))?;
+        let offset = u64_at(bytes, at + 24).ok_or_else(|| cut("section table"))?;
+        let size = u64_at(bytes, at + 32).ok_or_else(|| cut("section table"))?;
+        let link = u32_at(bytes, at + 40).ok_or_else(|| cut("section table"))?;
+        let info = u32_at(bytes, at + 44).ok_or_else(|| cut("section table"))?;
+        Ok((kind, offset, size, link, info))
+    };
+    let mut newest: Option<GlibcVersion> = None;
+    for i in 0..shnum {
+        let (kind, offset, size, link, count) = section(i)?;
+        if kind != SHT_GNU_VERNEED {
+            continue;
+        }
+        let table = offset
+            .checked_add(size)
+            .and_then(|end| bytes.get(offset..end))
+            .ok_or_else(|| cut(".gnu.version_r section"))?;
+        let (_, str_offset, str_size, _, _) = section(link as usize)?;
+        let strings = str_offset
+            .checked_add(str_size)
+            .and_then(|end| bytes.get(str_offset..end))
+            .ok_or_else(|| cut("version string table"))?;
+        let name_at = |at: u32| -> Result<&str, String> {
+            let tail = strings
+                .get(at as usize..)
+                .ok_or_else(|| cut("version string table"))?;
+            let end = tail.iter().position(|&b| b == 0).unwrap_or(tail.len());
+            std::str::from_utf8(&tail[..end]).map_err(|_| "a version name is not UTF-8".into())
+        };
+        // Verneed entries (16 bytes: version, count, file, aux, next), each with `count` Vernaux
+        // entries (16 bytes: hash, flags, other, name, next), chained by relative offsets.
+        let mut need = 0usize;
+        for _ in 0..count {
+            let aux_count = u16_at(table, need + 2).ok_or_else(|| cut(".gnu.version_r entry"))?;
+            let aux_offset = u32_at(table, need + 8).ok_or_else(|| cut(".gnu.version_r entry"))?;
+            let next = u32_at(table, need + 12).ok_or_else(|| cut(".gnu.version_r entry"))?;
+            let mut aux = need
+                .checked_add(aux_offset as usize)
+                .ok_or_else(|| cut(".gnu.version_r entry"))?;
+            for _ in 0..aux_count {
+                let name = u32_at(table, aux + 8).ok_or_else(|| cut(".gnu.version_r entry"))?;
+                if let Some(v) = GlibcVersion::from_symbol_version(name_at(name)?) {
+                    newest = newest.max(Some(v));
+                }
+                let step = u32_at(table, aux + 12).ok_or_else(|| cut(".gnu.version_r entry"))?;
+                if step == 0 {
+                    break;
+                }
+                aux = aux
+                    .checked_add(step as usize)
+                    .ok_or_else(|| cut(".gnu.version_r entry"))?;
+            }
+            if next == 0 {
+                break;
+            }
+            need = need
+                .checked_add(next as usize)
+                .ok_or_else(|| cut(".gnu.version_r entry"))?;
+        }
+    }
+    Ok(newest)
+}
+
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -264,6 +383,54 @@ mod tests {
         for marker in markers() {
             assert!(!source.contains(&marker), "{marker} is a literal");
         }
+    }
+
+    #[test]
+    fn glibc_symbol_versions_parse_and_order() {
+        let v = |s| GlibcVersion::from_symbol_version(s);
+        assert_eq!(v("GLIBC_2.35"), Some(GlibcVersion([2, 35, 0])));
+        assert_eq!(v("GLIBC_2.2.5"), Some(GlibcVersion([2, 2, 5])));
+        assert_eq!(v("GLIBC_PRIVATE"), None);
+        assert_eq!(v("GLIBC_2"), None);
+        assert_eq!(v("GCC_3.0"), None);
+        assert_eq!(v("GLIBC_2.x"), None);
+        assert!(v("GLIBC_2.2.5") < v("GLIBC_2.28"));
+        assert!(v("GLIBC_2.28") < v("GLIBC_2.35"));
+        assert_eq!(v("GLIBC_2.2.5").unwrap().to_string(), "2.2.5");
+        assert_eq!(KIT_GLIBC.to_string(), "2.28");
+    }
+
+    /// The test binary itself: what this reader finds is what `objdump -T` lists, when objdump
+    /// is there to ask.
+    #[test]
+    fn glibc_needed_agrees_with_objdump_on_a_real_binary() {
+        let exe = std::env::current_exe().unwrap();
+        let bytes = std::fs::read(&exe).unwrap();
+        let found = glibc_needed(&bytes).unwrap();
+        if cfg!(target_env = "gnu") {
+            assert!(
+                found.is_some_and(|v| v >= GlibcVersion([2, 2, 5])),
+                "{found:?}"
+            );
+        }
+        let Ok(out) = std::process::Command::new("objdump")
+            .arg("-T")
+            .arg(&exe)
+            .output()
+        else {
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let objdump = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .filter_map(GlibcVersion::from_symbol_version)
+            .max();
+        assert_eq!(found, objdump);
+        // The fake header of the tests has no sections, so no needs; a cut table is refused.
+        assert_eq!(glibc_needed(&test_elf(EM_X86_64, None, b"")).unwrap(), None);
+        let mut cut = bytes.clone();
+        cut.truncate(bytes.len() / 2);
+        assert!(glibc_needed(&cut).is_err());
     }
 
     #[test]

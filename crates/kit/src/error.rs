@@ -14,6 +14,9 @@ pub enum KitError {
     /// The zip library refused an entry (it should not: names and sizes are ours).
     #[error("cannot build the zip archive")]
     Zip(#[from] zip::result::ZipError),
+    /// The tar writer or the gzip encoder failed (in memory: it should not).
+    #[error("cannot build the .tar.gz archive")]
+    Tar(#[source] std::io::Error),
     /// The manifest's own size did not settle (it always does in two or three rounds).
     #[error("the manifest's size did not converge after {0} rounds")]
     ManifestSize(usize),

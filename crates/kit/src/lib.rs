@@ -6,9 +6,11 @@
 //! archive from files embedded in the binary ([`members::MEMBERS`]), so an installed `iteragpu`
 //! can rebuild it anywhere, byte for byte: members in sorted order, every date 1980-01-01 00:00,
 //! fixed permissions, no extra fields. Next to the manifest it writes `SHA256SUMS`, so
-//! `sha256sum -c --strict` can check the kit without this tool.
+//! `sha256sum -c --strict` can check the kit without this tool. The same members also go into a
+//! `.tar.gz` (ustar, same dates and permissions), for machines with neither `unzip` nor
+//! `python3`; [`binary::glibc_needed`] reads which glibc a shipped binary needs.
 //!
-//! [`verify::verify`] checks a zip or an extracted folder against its manifest without writing
+//! [`verify::verify`] checks a zip, a `.tar.gz` or an extracted folder against its manifest without writing
 //! anything to disk: *complete* (nothing missing, nothing unexpected, no unsafe path) and *valid*
 //! (sizes, then hashes) are reported separately, each failure by name. A zip's layout is read by
 //! this crate itself ([`structure`]): every local header must match its central entry, and no
@@ -30,7 +32,7 @@ pub mod structure;
 pub mod verify;
 
 pub use archive::{Kit, KitOptions, build, write_new};
-pub use binary::Binary;
+pub use binary::{Binary, GlibcVersion, KIT_GLIBC, glibc_needed};
 pub use error::KitError;
 pub use manifest::{MANIFEST_NAME, Manifest, ManifestEntry, ManifestTool, SHA256SUMS_NAME};
 pub use members::{BINARY_FOLDER, MEMBERS, Member, ROOT};

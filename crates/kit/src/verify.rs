@@ -1,7 +1,7 @@
-//! Checking a kit — a zip or an extracted folder — against its own `MANIFEST.json`.
+//! Checking a kit — a zip, a `.tar.gz` or an extracted folder — against its own `MANIFEST.json`.
 //!
-//! Nothing is ever written to disk: zip members stream from the decompressor into a hasher, and
-//! a folder is walked without following links. Two verdicts are kept apart:
+//! Nothing is ever written to disk: zip and tar members stream from the decompressor into a
+//! hasher, and a folder is walked without following links. Two verdicts are kept apart:
 //! *complete* (every listed member is there, nothing else is, no path could escape the folder)
 //! and *valid* (every member has the listed size and, sizes first, the listed SHA-256).
 
@@ -23,6 +23,8 @@ const MANIFEST_LIMIT: u64 = 16 << 20;
 pub enum Source {
     /// A zip archive, read in place.
     Zip,
+    /// A gzip-compressed tar archive, read in one pass.
+    TarGz,
     /// An extracted folder.
     Folder,
 }
@@ -89,8 +91,10 @@ pub enum Failure {
         /// The reader's error.
         reason: String,
     },
-    /// The zip's layout is not what it claims: a local header that differs from its central
-    /// entry, or bytes before, between or after the entries (see [`crate::structure`]).
+    /// The archive's layout is not what it claims: in a zip, a local header that differs from
+    /// its central entry, or bytes before, between or after the entries (see
+    /// [`crate::structure`]); in a tar.gz, data after the archive's end or a cut or corrupt
+    /// stream.
     Structure {
         /// What is wrong.
         reason: String,
@@ -157,7 +161,7 @@ impl std::fmt::Display for Failure {
                 "hash mismatch: {path} has SHA-256 {actual}, {MANIFEST_NAME} says {expected}"
             ),
             Failure::Unreadable { path, reason } => write!(f, "unreadable: {path}: {reason}"),
-            Failure::Structure { reason } => write!(f, "zip structure: {reason}"),
+            Failure::Structure { reason } => write!(f, "archive structure: {reason}"),
             Failure::Collision { path, other } if fold(path) == fold(other) => write!(
                 f,
                 "name collision: {path} and {other} are one name on a filesystem that ignores \
@@ -264,12 +268,20 @@ pub enum VerifyError {
         /// Its kind: a path that is not there is refused input (exit 2), not a broken kit.
         kind: std::io::ErrorKind,
     },
-    /// A file that is not a zip archive.
-    #[error("{} is not a readable zip archive ({reason}); give a .zip or an extracted folder", path.display())]
+    /// A file that is not a zip archive (nor a gzip file).
+    #[error("{} is not a readable zip archive ({reason}); give a .zip, a .tar.gz or an extracted folder", path.display())]
     NotZip {
         /// The path given.
         path: PathBuf,
         /// The zip reader's error.
+        reason: String,
+    },
+    /// A gzip file whose first tar header cannot be read.
+    #[error("{} is not a readable tar.gz archive ({reason}); give a .zip, a .tar.gz or an extracted folder", path.display())]
+    NotTarGz {
+        /// The path given.
+        path: PathBuf,
+        /// The gzip or tar reader's error.
         reason: String,
     },
 }
@@ -337,7 +349,16 @@ pub fn verify(path: &Path) -> Result<Report, VerifyError> {
         kind: e.kind(),
     })?;
     if meta.is_dir() {
-        Ok(verify_folder(path))
+        return Ok(verify_folder(path));
+    }
+    // gzip's magic number: a .tar.gz whatever its name; anything else is read as a zip.
+    let mut magic = [0u8; 2];
+    let is_gzip = lab_io::files::open_input(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && magic == [0x1f, 0x8b];
+    if is_gzip {
+        verify_tar_gz(path)
     } else {
         verify_zip(path)
     }
@@ -347,6 +368,9 @@ pub fn verify(path: &Path) -> Result<Report, VerifyError> {
 enum Location {
     Zip(usize),
     Disk(PathBuf),
+    /// A tar member, hashed as it streamed past: its SHA-256 and byte count, or why it could
+    /// not be read.
+    Hashed(Result<(String, u64), String>),
 }
 
 /// A member found in the kit.
@@ -406,14 +430,15 @@ fn parse_manifest(bytes: &[u8], report: &mut Report) -> Option<Manifest> {
     }
 }
 
-/// Compares what was found with what the manifest lists. `read` streams a member into a sink.
+/// Compares what was found with what the manifest lists. `read` gives a member's SHA-256 and
+/// byte count.
 fn compare(
     manifest: &Manifest,
     manifest_len: u64,
     found: &BTreeMap<String, Found>,
     folders: &BTreeSet<String>,
     report: &mut Report,
-    mut read: impl FnMut(&Location, &mut HashingSink) -> std::io::Result<()>,
+    mut read: impl FnMut(&Location) -> std::io::Result<(String, u64)>,
 ) {
     report.listed = manifest.files.len();
     let mut listed_folders = BTreeSet::new();
@@ -462,15 +487,16 @@ fn compare(
             report.sizes_matched += 1;
             continue;
         };
-        let mut sink = HashingSink::default();
-        if let Err(e) = read(&member.at, &mut sink) {
-            report.fail(Failure::Unreadable {
-                path: entry.path.clone(),
-                reason: e.to_string(),
-            });
-            continue;
-        }
-        let (actual, bytes) = sink.finish();
+        let (actual, bytes) = match read(&member.at) {
+            Ok(hashed) => hashed,
+            Err(e) => {
+                report.fail(Failure::Unreadable {
+                    path: entry.path.clone(),
+                    reason: e.to_string(),
+                });
+                continue;
+            }
+        };
         if bytes != entry.size {
             report.fail(Failure::SizeMismatch {
                 path: entry.path.clone(),
@@ -700,12 +726,215 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
         &found,
         &folders,
         &mut report,
-        |at, sink| match at {
+        |at| match at {
             Location::Zip(index) => {
                 let mut entry = archive.by_index(*index).map_err(std::io::Error::other)?;
-                std::io::copy(&mut entry, sink).map(|_| ())
+                let mut sink = HashingSink::default();
+                std::io::copy(&mut entry, &mut sink)?;
+                Ok(sink.finish())
             }
-            Location::Disk(_) => Err(std::io::Error::other("not a zip member")),
+            _ => Err(std::io::Error::other("not a zip member")),
+        },
+    );
+    Ok(report.conclude(true))
+}
+
+/// A `.tar.gz`, read in one pass through a real tar reader: every name is screened as a zip's
+/// are (unsafe, non-canonical, duplicate, colliding), links and special files are refused, every
+/// regular member is hashed as it streams past and the manifest kept (bounded); then the gzip
+/// stream is read to its end, so its CRC is checked and nothing can hide after the archive.
+fn verify_tar_gz(path: &Path) -> Result<Report, VerifyError> {
+    let file = lab_io::files::open_input(path).map_err(|e| VerifyError::Open {
+        path: path.to_path_buf(),
+        reason: lab_io::files::os_message(&e),
+        kind: e.kind(),
+    })?;
+    let mut report = Report::new(path, Source::TarGz);
+    let not_tar = |reason: String| VerifyError::NotTarGz {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let mut archive = tar::Archive::new(flate2::read::GzDecoder::new(BufReader::new(file)));
+    let entries = archive.entries().map_err(|e| not_tar(e.to_string()))?;
+
+    struct Member {
+        name: String,
+        dir: bool,
+        size: u64,
+        hashed: Result<(String, u64), String>,
+    }
+    let mut members = Vec::new();
+    let mut manifest_bytes: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut broken = None;
+    for (index, entry) in entries.enumerate() {
+        let mut entry = match entry {
+            Ok(e) => e,
+            Err(e) if index == 0 => return Err(not_tar(e.to_string())),
+            Err(e) => {
+                broken = Some(e.to_string());
+                break;
+            }
+        };
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        if let Some(reason) = unsafe_reason(&name) {
+            report.fail(Failure::UnsafePath {
+                path: name,
+                reason: reason.to_string(),
+            });
+            continue;
+        }
+        let kind = entry.header().entry_type();
+        let dir = match kind {
+            tar::EntryType::Regular | tar::EntryType::Continuous => false,
+            tar::EntryType::Directory => true,
+            tar::EntryType::Symlink | tar::EntryType::Link => {
+                report.fail(Failure::UnsafePath {
+                    path: name,
+                    reason: if kind == tar::EntryType::Link {
+                        "a hard link".to_string()
+                    } else {
+                        "a symbolic link".to_string()
+                    },
+                });
+                continue;
+            }
+            _ => {
+                report.fail(Failure::Unexpected { path: name });
+                continue;
+            }
+        };
+        if let Some(reason) = non_canonical_reason(&name) {
+            report.fail(Failure::UnsafePath {
+                path: name.clone(),
+                reason: reason.to_string(),
+            });
+        }
+        let size = entry.size();
+        let is_manifest = !dir
+            && (name == MANIFEST_NAME
+                || name
+                    .split_once('/')
+                    .is_some_and(|(_, rest)| rest == MANIFEST_NAME));
+        let mut sink = HashingSink::default();
+        let hashed = if is_manifest {
+            let mut bytes = Vec::new();
+            let read = (&mut entry).take(MANIFEST_LIMIT).read_to_end(&mut bytes);
+            std::io::Write::write_all(&mut sink, &bytes).ok();
+            manifest_bytes.entry(name.clone()).or_insert(bytes);
+            read.map(|_| sink.finish())
+        } else {
+            std::io::copy(&mut entry, &mut sink).map(|_| sink.finish())
+        };
+        let failed = hashed.is_err();
+        members.push(Member {
+            name,
+            dir,
+            size,
+            hashed: hashed.map_err(|e| e.to_string()),
+        });
+        if failed {
+            break;
+        }
+    }
+    if broken.is_none() {
+        // The end-of-archive blocks and gzip's trailer: only zeros may follow the last member.
+        let mut rest = archive.into_inner();
+        let mut buf = [0u8; 8192];
+        loop {
+            match rest.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) if buf[..n].iter().all(|&b| b == 0) => {}
+                Ok(_) => {
+                    report.fail(Failure::Structure {
+                        reason: "data after the tar archive's end".to_string(),
+                    });
+                    break;
+                }
+                Err(e) => {
+                    broken = Some(e.to_string());
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(reason) = broken {
+        report.fail(Failure::Structure {
+            reason: format!("the archive is cut short or corrupt: {reason}"),
+        });
+    }
+
+    let root = members
+        .iter()
+        .filter(|m| !m.dir)
+        .filter_map(|m| match m.name.split_once('/') {
+            None if m.name == MANIFEST_NAME => Some(String::new()),
+            Some((top, rest)) if rest == MANIFEST_NAME => Some(top.to_string()),
+            _ => None,
+        })
+        .min();
+    let Some(root) = root else {
+        report.fail(Failure::ManifestMissing {
+            looked_for: format!("TOP/{MANIFEST_NAME} in the archive"),
+        });
+        return Ok(report.conclude(false));
+    };
+    let prefix = if root.is_empty() {
+        String::new()
+    } else {
+        format!("{root}/")
+    };
+    report.root = Some(prefix.clone());
+    let mut found = BTreeMap::new();
+    let mut folders = BTreeSet::new();
+    for member in members {
+        let Some(rel) = member.name.strip_prefix(&prefix) else {
+            report.fail(Failure::Unexpected { path: member.name });
+            continue;
+        };
+        if member.dir {
+            let rel = rel.trim_end_matches('/');
+            if !rel.is_empty() && !folders.insert(rel.to_string()) {
+                report.fail(Failure::Duplicate {
+                    path: format!("{rel}/"),
+                });
+            }
+            continue;
+        }
+        let previous = found.insert(
+            rel.to_string(),
+            Found {
+                size: member.size,
+                at: Location::Hashed(member.hashed),
+            },
+        );
+        if previous.is_some() {
+            report.fail(Failure::Duplicate {
+                path: rel.to_string(),
+            });
+        }
+    }
+    collisions(
+        found.keys().cloned().chain(folders.iter().cloned()),
+        &mut report,
+    );
+    let Some(bytes) = manifest_bytes.remove(&format!("{prefix}{MANIFEST_NAME}")) else {
+        report.fail(Failure::ManifestInvalid {
+            reason: format!("{MANIFEST_NAME} cannot be read"),
+        });
+        return Ok(report.conclude(false));
+    };
+    let Some(manifest) = parse_manifest(&bytes, &mut report) else {
+        return Ok(report.conclude(false));
+    };
+    compare(
+        &manifest,
+        bytes.len() as u64,
+        &found,
+        &folders,
+        &mut report,
+        |at| match at {
+            Location::Hashed(hashed) => hashed.clone().map_err(std::io::Error::other),
+            _ => Err(std::io::Error::other("not a tar member")),
         },
     );
     Ok(report.conclude(true))
@@ -775,12 +1004,14 @@ fn verify_folder(path: &Path) -> Report {
         &found,
         &folders,
         &mut report,
-        |at, sink| match at {
+        |at| match at {
             Location::Disk(p) => {
                 let mut file = lab_io::files::open_input(p)?;
-                std::io::copy(&mut file, sink).map(|_| ())
+                let mut sink = HashingSink::default();
+                std::io::copy(&mut file, &mut sink)?;
+                Ok(sink.finish())
             }
-            Location::Zip(_) => Err(std::io::Error::other("not a file on disk")),
+            _ => Err(std::io::Error::other("not a file on disk")),
         },
     );
     report.conclude(true)
@@ -911,6 +1142,127 @@ mod tests {
                 .any(|m| m.starts_with("hash mismatch: README.md")),
             "{kinds:?}"
         );
+    }
+
+    /// The tar.gz holds the zip's members, names, bytes and permissions, and verifies; a tar.gz
+    /// with a link, a changed member, bytes after its end or a cut stream does not.
+    #[test]
+    fn the_tar_gz_holds_the_zip_members_and_verifies() {
+        let kit = crate::build(&crate::KitOptions {
+            tool: crate::ManifestTool {
+                commit: None,
+                name: "iteragpu".into(),
+                version: "0".into(),
+            },
+            binaries: Vec::new(),
+        })
+        .unwrap();
+        let mut zip = zip::ZipArchive::new(std::io::Cursor::new(kit.bytes.clone())).unwrap();
+        let mut from_zip = Vec::new();
+        for i in 0..zip.len() {
+            let mut f = zip.by_index(i).unwrap();
+            let mut bytes = Vec::new();
+            f.read_to_end(&mut bytes).unwrap();
+            let mode = f.unix_mode().unwrap() & 0o7777;
+            from_zip.push((f.name().unwrap().to_string(), mode, bytes));
+        }
+        let gz = flate2::read::GzDecoder::new(kit.tar_gz.as_slice());
+        let mut tar = tar::Archive::new(gz);
+        let mut from_tar = Vec::new();
+        for entry in tar.entries().unwrap() {
+            let mut e = entry.unwrap();
+            let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+            let mode = e.header().mode().unwrap();
+            assert_eq!(e.header().mtime().unwrap(), 315_532_800, "{name}");
+            let mut bytes = Vec::new();
+            e.read_to_end(&mut bytes).unwrap();
+            from_tar.push((name, mode, bytes));
+        }
+        assert_eq!(from_zip, from_tar);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.tar.gz");
+        std::fs::write(&path, &kit.tar_gz).unwrap();
+        let report = verify(&path).unwrap();
+        assert!(report.ok(), "{report:#?}");
+        assert_eq!(report.source, Source::TarGz);
+        assert_eq!(report.hashes_matched, report.listed - 1);
+
+        // Rewritten with one member changed, then with a link added.
+        let rewrite = |name: &str, change: &dyn Fn(&str, &mut Vec<u8>), link: bool| {
+            let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(kit.tar_gz.as_slice()));
+            let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            let mut out = tar::Builder::new(gz);
+            for entry in tar.entries().unwrap() {
+                let mut e = entry.unwrap();
+                let member = String::from_utf8_lossy(&e.path_bytes()).into_owned();
+                let mut header = e.header().clone();
+                let mut bytes = Vec::new();
+                e.read_to_end(&mut bytes).unwrap();
+                change(&member, &mut bytes);
+                header.set_size(bytes.len() as u64);
+                out.append_data(&mut header, &member, bytes.as_slice())
+                    .unwrap();
+            }
+            if link {
+                let mut header = tar::Header::new_ustar();
+                header.set_entry_type(tar::EntryType::Symlink);
+                header.set_size(0);
+                out.append_link(&mut header, "iteragpu-lab-v1/passwd", "/etc/passwd")
+                    .unwrap();
+            }
+            let path = dir.path().join(name);
+            std::fs::write(&path, out.into_inner().unwrap().finish().unwrap()).unwrap();
+            verify(&path).unwrap()
+        };
+        let flip = |member: &str, bytes: &mut Vec<u8>| {
+            if member.ends_with("/README.md") {
+                bytes[0] ^= 1;
+            }
+        };
+        let report = rewrite("changed.tar.gz", &flip, false);
+        assert!(report.complete && !report.valid, "{report:#?}");
+        assert!(
+            report.failures[0]
+                .message
+                .starts_with("hash mismatch: README.md")
+        );
+        let report = rewrite("link.tar.gz", &|_: &str, _: &mut Vec<u8>| {}, true);
+        assert!(!report.complete && report.valid, "{report:#?}");
+        assert!(
+            report.failures[0]
+                .message
+                .contains("iteragpu-lab-v1/passwd (a symbolic link)"),
+            "{report:#?}"
+        );
+
+        // Bytes after the archive's end, inside the gzip stream.
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(kit.tar_gz.as_slice())
+            .read_to_end(&mut raw)
+            .unwrap();
+        raw.extend_from_slice(b"hidden");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &raw).unwrap();
+        let trailing = dir.path().join("trailing.tar.gz");
+        std::fs::write(&trailing, gz.finish().unwrap()).unwrap();
+        let report = verify(&trailing).unwrap();
+        assert!(!report.complete, "{report:#?}");
+        assert!(
+            report
+                .failures
+                .iter()
+                .any(|f| f.message == "archive structure: data after the tar archive's end"),
+            "{report:#?}"
+        );
+
+        // A cut stream: never a pass.
+        let cut = dir.path().join("cut.tar.gz");
+        std::fs::write(&cut, &kit.tar_gz[..kit.tar_gz.len() - 40]).unwrap();
+        match verify(&cut) {
+            Ok(report) => assert!(!report.ok(), "{report:#?}"),
+            Err(e) => assert!(e.to_string().contains("tar.gz"), "{e}"),
+        }
     }
 
     /// The built kit's members with `extra` added (paths inside the top folder), under a

@@ -14,7 +14,7 @@ use crate::output;
 #[command(after_help = "\
 Examples:
   iteragpu completions bash > ~/.local/share/bash-completion/completions/iteragpu
-  iteragpu completions zsh > ~/.zfunc/_iteragpu        (with fpath+=~/.zfunc before compinit)
+  iteragpu completions zsh > ~/.zfunc/_iteragpu   # with fpath+=~/.zfunc before compinit
   iteragpu completions fish > ~/.config/fish/completions/iteragpu.fish
 
 Values are completed where the list is fixed: --gpu and --package (GPU:DAYS:1) from the bundled

@@ -32,8 +32,8 @@ Examples:
   iteragpu environment --device all
   iteragpu environment --device cuda:0,1 --json
   iteragpu environment --package b200:7:1
-  iteragpu environment --package b200:7:4 --node n1   (one node of four)
-  iteragpu environment --engine torch --package mi300x:7:1   (an AMD lot, through PyTorch)
+  iteragpu environment --package b200:7:4 --node n1   # one node of four
+  iteragpu environment --engine torch --package mi300x:7:1   # an AMD lot, through PyTorch
 
 `--device all` (or a list such as cuda:0,1) reports every GPU, one block each, and checks the
 lot: the same model and memory on every GPU, the number of GPUs the package promises, ECC

@@ -23,10 +23,10 @@ Examples:
   iteragpu estimate --parameters 70B --bits 4
   iteragpu estimate --parameters 1.5T --bits 8 --json
   iteragpu estimate --model data/models/llama-3.1-8b --context 8192 --batch 4
-  iteragpu estimate --model path/to/model-folder            (reads safetensors headers only)
+  iteragpu estimate --model path/to/model-folder   # reads safetensors headers only
   iteragpu estimate --model data/models/qwen2.5-7b --bits 4 --group-size 128
-  iteragpu estimate --model data/models/gpt-oss-20b          (its MXFP4 layout, from config.json)
-  iteragpu estimate --model data/models/deepseek-v3 --context 32768   (latent KV cache)
+  iteragpu estimate --model data/models/gpt-oss-20b   # its MXFP4 layout, from config.json
+  iteragpu estimate --model data/models/deepseek-v3 --context 32768   # latent KV cache
   iteragpu estimate --model data/models/llama-3.2-3b --training adam
 
 Bytes per parameter are ceil(bits / 8): 4-bit weights count one whole byte each in weight bytes,

@@ -31,7 +31,8 @@ use crate::output;
 const EXAMPLES: &str = "\
 Examples:
   iteragpu fit --model data/models/llama-3.1-8b --context 8192
-  iteragpu fit --model data/models/llama-3.1-8b --context 16384 --gpu-memory-utilization 0.95 --max-num-seqs 256
+  iteragpu fit --model data/models/llama-3.1-8b --context 16384 --gpu-memory-utilization 0.95 \\
+      --max-num-seqs 256
   iteragpu fit --model data/models/qwen3-8b --context 32768 --serve sglang --kv-cache-dtype fp8
   iteragpu fit --model data/models/llama-3.1-8b --context 8192 --serve none --reserve-gib 2
   iteragpu fit --model data/models/mixtral-8x7b-v0.1 --context 32768 --batch 8 --days 7

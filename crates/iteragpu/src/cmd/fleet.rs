@@ -120,8 +120,10 @@ pub struct SlurmArgs {
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  iteragpu fleet skypilot --package b200:7:4 --nodes 4 --wheel dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl --output fleet.yaml
-  iteragpu fleet skypilot --package b200:7:4 --nodes 2 --kit kit/ --results s3://my-bucket/fleet --output fleet.yaml
+  iteragpu fleet skypilot --package b200:7:4 --nodes 4 \\
+      --wheel dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl --output fleet.yaml
+  iteragpu fleet skypilot --package b200:7:4 --nodes 2 --kit kit/ \\
+      --results s3://my-bucket/fleet --output fleet.yaml
 
 Writes a SkyPilot task: num_nodes, resources.accelerators per node (B200:2 for 8 GPUs on 4
 nodes), file_mounts that copy the wheel or the kit to every node, a setup that installs it, and

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kit::{Binary, KitError, KitOptions, ManifestTool};
+use kit::{Binary, GlibcVersion, KIT_GLIBC, KitError, KitOptions, ManifestTool};
 use serde::Serialize;
 
 use crate::{exit, output};
@@ -16,14 +16,21 @@ Examples:
   iteragpu kit --output iteragpu-lab-v1.zip
   iteragpu kit --output iteragpu-lab-v1.zip --release-dir dist
   iteragpu kit --output iteragpu-lab-v1.zip \\
-      --binary dist/x86_64-unknown-linux-gnu/iteragpu --binary dist/aarch64-unknown-linux-gnu/iteragpu
+      --binary dist/x86_64-unknown-linux-gnu/iteragpu \\
+      --binary dist/aarch64-unknown-linux-gnu/iteragpu
   iteragpu verify iteragpu-lab-v1.zip
+  iteragpu verify iteragpu-lab-v1.tar.gz
 
-The kit carries the program, under bin/<target>/iteragpu, its target read from its ELF header
+It writes the zip and, beside it, the same members as a .tar.gz (OUTPUT with .zip replaced by
+.tar.gz): `tar -xzf` unpacks it where neither unzip nor python3 is installed. The kit carries the
+program, under bin/<target>/iteragpu, its target read from its ELF header
 (x86_64-unknown-linux-gnu, aarch64-unknown-linux-gnu, ...). Without --binary, --with-binary or
---release-dir, it takes the portable binaries of scripts/release.sh (glibc 2.28 and newer) from
-dist/<target>/iteragpu when dist/ holds them, else the running iteragpu, which starts only where
-the glibc is as new as the building machine's; it says which. A binary that still holds the
+--release-dir, it takes the portable binaries of scripts/release.sh from dist/<target>/iteragpu
+when dist/ holds them, else the running iteragpu; it says which, and the newest glibc the program
+needs, read from its ELF version needs (the GLIBC_x.y that `objdump -T` shows). The kit's README
+promises glibc 2.28: a release binary that needs a newer one is refused (exit 2); a given binary
+or this machine's build that does is shipped with a warning naming the version. A binary that
+still holds the
 builder's paths (the cargo registry under a home folder, a build folder) is refused; this
 checkout's builds have none (.cargo/config.toml remaps them), a plain `cargo install` elsewhere
 may. scripts/install.sh, in the kit, installs the program from the unpacked kit.
@@ -32,7 +39,7 @@ The same inputs always write the same bytes: members sorted, dated 1980-01-01, 0
 folders and binaries). Inside the extracted folder, `sha256sum -c --strict SHA256SUMS` checks
 the members without this tool.")]
 pub struct Args {
-    /// The zip to write; it must not exist yet.
+    /// The zip to write; it must not exist yet, nor the .tar.gz written beside it.
     #[arg(long, short)]
     pub output: PathBuf,
 
@@ -60,8 +67,18 @@ struct KitReport<'a> {
     output: String,
     bytes: u64,
     sha256: String,
+    /// The same kit as a .tar.gz, beside the zip.
+    tar_gz: Archive,
     program: Program,
     manifest: &'a kit::Manifest,
+}
+
+/// One written archive.
+#[derive(Debug, Serialize)]
+struct Archive {
+    output: String,
+    bytes: u64,
+    sha256: String,
 }
 
 /// Which program the kit carries, and where it came from.
@@ -75,6 +92,9 @@ struct Program {
     folder: Option<String>,
     /// The members it added, `bin/<target>/iteragpu`.
     members: Vec<String>,
+    /// The newest glibc any of them needs (`2.35`), read from their ELF version needs; null
+    /// when none needs one (no binary, or static ones).
+    glibc_needed: Option<String>,
     /// One sentence: what it is, or why there is none.
     note: String,
 }
@@ -99,20 +119,82 @@ fn read_binary(name: &str, path: &Path) -> anyhow::Result<Binary> {
     Binary::new(name, bytes).map_err(|e| exit::usage(e.to_string()))
 }
 
+/// The .tar.gz written beside `zip`: its `.zip` replaced by `.tar.gz`, or `.tar.gz` added.
+pub fn tar_gz_path(zip: &Path) -> PathBuf {
+    let name = zip.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = name.unwrap_or_default();
+    let stem = name.strip_suffix(".zip").unwrap_or(&name);
+    zip.with_file_name(format!("{stem}.tar.gz"))
+}
+
+/// The newest glibc each binary needs, with its name; a binary whose version needs cannot be
+/// read is refused.
+fn glibc_of(binaries: &[(String, Binary)]) -> anyhow::Result<Vec<(String, GlibcVersion)>> {
+    let mut needs = Vec::new();
+    for (name, binary) in binaries {
+        match kit::glibc_needed(&binary.bytes) {
+            Ok(Some(v)) => needs.push((name.clone(), v)),
+            Ok(None) => {}
+            Err(why) => {
+                return Err(exit::usage(format!(
+                    "{name}: cannot read which glibc it needs: {why}"
+                )));
+            }
+        }
+    }
+    Ok(needs)
+}
+
 /// The binaries to ship and what they are: the ones asked for, else the release's, else the
-/// running iteragpu when it can ship, else none (and why).
-fn choose(args: &Args) -> anyhow::Result<(Vec<Binary>, Program)> {
-    let program = |source, folder: Option<&Path>, binaries: &[Binary], note: String| Program {
-        source,
-        folder: folder.map(|f| f.display().to_string()),
-        members: binaries.iter().map(Binary::path).collect(),
-        note,
+/// running iteragpu when it can ship, else none (and why). With them, a warning when one needs a
+/// newer glibc than the kit's README promises (a release binary that does is refused).
+fn choose(args: &Args) -> anyhow::Result<(Vec<Binary>, Program, Option<String>)> {
+    let program = |source, folder: Option<&Path>, named: &[(String, Binary)], note: String| {
+        let glibc = glibc_of(named)?;
+        let newest = glibc.iter().map(|(_, v)| *v).max();
+        let warning = glibc
+            .iter()
+            .filter(|(_, v)| *v > KIT_GLIBC)
+            .map(|(name, v)| {
+                format!(
+                    "{name} needs glibc {v} or newer (its highest GLIBC_ symbol version), newer \
+                     than the {KIT_GLIBC} the kit's README states: it will not start on an older \
+                     system; scripts/release.sh builds portable binaries (glibc {KIT_GLIBC})"
+                )
+            })
+            .next();
+        if source == "release"
+            && let Some(message) = warning
+        {
+            return Err(exit::usage(message.replace(
+                "scripts/release.sh builds portable binaries",
+                "rebuild it with scripts/release.sh",
+            )));
+        }
+        let note = match (source, newest) {
+            ("release", _) | (_, None) => note,
+            (_, Some(v)) if v > KIT_GLIBC => format!(
+                "{note}: it needs glibc {v} or newer, not the {KIT_GLIBC} the kit's README \
+                 states; scripts/release.sh builds portable ones (glibc {KIT_GLIBC})"
+            ),
+            (_, Some(v)) => format!("{note}: it needs glibc {v} or newer"),
+        };
+        let binaries: Vec<Binary> = named.iter().map(|(_, b)| b.clone()).collect();
+        let p = Program {
+            source,
+            folder: folder.map(|f| f.display().to_string()),
+            members: binaries.iter().map(Binary::path).collect(),
+            glibc_needed: newest.map(|v| v.to_string()),
+            note,
+        };
+        anyhow::Ok((binaries, p, warning))
     };
     if args.with_binary || !args.binary.is_empty() {
-        let mut binaries = Vec::new();
+        let mut named = Vec::new();
         if args.with_binary {
             let exe = std::env::current_exe().context("cannot locate the running executable")?;
-            binaries.push(read_binary("the running iteragpu", &exe)?);
+            let name = "the running iteragpu";
+            named.push((name.to_string(), read_binary(name, &exe)?));
         }
         for path in &args.binary {
             if !path.is_file() {
@@ -121,11 +203,12 @@ fn choose(args: &Args) -> anyhow::Result<(Vec<Binary>, Program)> {
                     path.display()
                 )));
             }
-            binaries.push(read_binary(&format!("--binary {}", path.display()), path)?);
+            let name = format!("--binary {}", path.display());
+            let binary = read_binary(&name, path)?;
+            named.push((name, binary));
         }
         let note = "the binaries given with --binary or --with-binary".to_string();
-        let p = program("given", None, &binaries, note);
-        return Ok((binaries, p));
+        return program("given", None, &named, note);
     }
     let (dir, explicit) = match &args.release_dir {
         Some(dir) => (dir.clone(), true),
@@ -143,30 +226,28 @@ fn choose(args: &Args) -> anyhow::Result<(Vec<Binary>, Program)> {
         )));
     }
     if !found.is_empty() {
-        let mut binaries = Vec::new();
+        let mut named = Vec::new();
         for path in &found {
-            binaries.push(read_binary(&path.display().to_string(), path)?);
+            let name = path.display().to_string();
+            let binary = read_binary(&name, path)?;
+            named.push((name, binary));
         }
         let note = format!(
-            "the portable binaries of scripts/release.sh in {}/ (glibc 2.28 or newer)",
+            "the portable binaries of scripts/release.sh in {}/ (glibc {KIT_GLIBC} or newer)",
             dir.display()
         );
-        let p = program("release", Some(&dir), &binaries, note);
-        return Ok((binaries, p));
+        return program("release", Some(&dir), &named, note);
     }
     let exe = std::env::current_exe().context("cannot locate the running executable")?;
     let bytes = std::fs::read(&exe).with_context(|| format!("cannot read {}", exe.display()))?;
     match Binary::new("the running iteragpu", bytes) {
         Ok(binary) => {
             let note = format!(
-                "this machine's build (the running iteragpu, no portable binaries in {}/): it \
-                 starts where the glibc is as new as this machine's; scripts/release.sh builds \
-                 portable ones (glibc 2.28)",
+                "this machine's build (the running iteragpu, no portable binaries in {}/)",
                 dir.display()
             );
-            let binaries = vec![binary];
-            let p = program("this-build", None, &binaries, note);
-            Ok((binaries, p))
+            let named = [("the running iteragpu".to_string(), binary)];
+            program("this-build", None, &named, note)
         }
         Err(why) => {
             let note = format!(
@@ -174,7 +255,7 @@ fn choose(args: &Args) -> anyhow::Result<(Vec<Binary>, Program)> {
                  install the program on the rented machine another way (a wheel, cargo install)",
                 dir.display()
             );
-            Ok((Vec::new(), program("none", None, &[], note)))
+            program("none", None, &[], note)
         }
     }
 }
@@ -182,8 +263,13 @@ fn choose(args: &Args) -> anyhow::Result<(Vec<Binary>, Program)> {
 /// Runs `kit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // An existing, unwritable or over-long --output is refused before anything is built.
+    let tar_gz = tar_gz_path(&args.output);
     lab_io::files::check_new(&args.output).map_err(|e| exit::usage(e.to_string()))?;
-    let (binaries, program) = choose(&args)?;
+    lab_io::files::check_new(&tar_gz).map_err(|e| exit::usage(e.to_string()))?;
+    let (binaries, program, glibc_warning) = choose(&args)?;
+    if let Some(warning) = glibc_warning {
+        output::warn(&warning);
+    }
     if binaries.is_empty() {
         output::warn(&format!(
             "the kit carries no program: {}",
@@ -202,17 +288,35 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         KitError::DuplicateTarget(_) => exit::usage(e.to_string()),
         other => other.into(),
     })?;
-    let written = kit::write_new(&args.output, &built.bytes).map_err(|e| match e {
-        KitError::OutputExists(_) => exit::usage(e.to_string()),
-        other => other.into(),
-    })?;
-    if let Some(warning) = written.warning(&args.output) {
-        output::warn(&warning);
+    let refused = |e: KitError| -> anyhow::Error {
+        match e {
+            KitError::OutputExists(_) => exit::usage(e.to_string()),
+            other => other.into(),
+        }
+    };
+    let written = kit::write_new(&args.output, &built.bytes).map_err(refused)?;
+    // Both or neither: a .tar.gz that cannot be written takes the zip back with it.
+    let written_tar = match kit::write_new(&tar_gz, &built.tar_gz) {
+        Ok(w) => w,
+        Err(e) => {
+            let _ = std::fs::remove_file(&args.output);
+            return Err(refused(e));
+        }
+    };
+    for (w, path) in [(&written, &args.output), (&written_tar, &tar_gz)] {
+        if let Some(warning) = w.warning(path) {
+            output::warn(&warning);
+        }
     }
     let report = KitReport {
         output: args.output.display().to_string(),
         bytes: built.bytes.len() as u64,
         sha256: kit::hash::sha256_hex(&built.bytes),
+        tar_gz: Archive {
+            output: tar_gz.display().to_string(),
+            bytes: built.tar_gz.len() as u64,
+            sha256: kit::hash::sha256_hex(&built.tar_gz),
+        },
         program,
         manifest: &built.manifest,
     };
@@ -228,10 +332,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .max()
         .unwrap_or(1);
     let mut text = format!(
-        "wrote {} ({} bytes, SHA-256 {})\nprogram: {}\n{}/: {} members, {} bytes\n",
+        "wrote {} ({} bytes, SHA-256 {})\nwrote {} ({} bytes, SHA-256 {})\nprogram: {}\n{}/: {} \
+         members, {} bytes\n",
         report.output,
         report.bytes,
         report.sha256,
+        report.tar_gz.output,
+        report.tar_gz.bytes,
+        report.tar_gz.sha256,
         report.program.note,
         m.root,
         m.totals.files,
@@ -251,8 +359,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         ));
     }
     text.push_str(&format!(
-        "check it: iteragpu verify {}   (or, inside {}/: sha256sum -c --strict SHA256SUMS)\n",
-        report.output, m.root
+        "check it: iteragpu verify {} (or {})   (or, inside {}/: sha256sum -c --strict \
+         SHA256SUMS)\n",
+        report.output, report.tar_gz.output, m.root
     ));
     output::print_text(&text)?;
     Ok(ExitCode::SUCCESS)

@@ -34,7 +34,7 @@ Examples:
   iteragpu measure --device cpu --batch 1 --context 16 --width 64 --output cpu-reference.json
   iteragpu measure --device cpu --batch 2 --context 128 --width 1024 --threads 2 \\
       --max-memory 2GiB --output cpu-2-threads.json
-  iteragpu measure --plan --device cuda --compute-capability 9.0 --batch 8 --context 4096 \
+  iteragpu measure --plan --device cuda --compute-capability 9.0 --batch 8 --context 4096 \\
       --width 8192 --dtype bfloat16
 
 Raise one dimension at a time and watch the free memory. `allocated` is part of `reserved`:

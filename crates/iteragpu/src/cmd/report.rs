@@ -16,10 +16,10 @@ use crate::output;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  iteragpu report runs --output report.html
+  iteragpu report runs/batch --output report.html
   iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html
   iteragpu report run.json probe.json --output with-probe.html
-  iteragpu price --gpu h100 --days 7 --lots 1 --accepted-results 500 --json > price.json
+  iteragpu price --gpu h100-sxm --days 7 --lots 1 --accepted-results 500 --json > price.json
   iteragpu report sweeps/width price.json --output with-cost.html
 
 The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a

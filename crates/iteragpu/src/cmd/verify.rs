@@ -1,4 +1,4 @@
-//! `iteragpu verify`: check a kit (zip or extracted folder) against its manifest.
+//! `iteragpu verify`: check a kit (zip, tar.gz or extracted folder) against its manifest.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,16 +10,18 @@ use crate::output;
 #[command(after_help = "\
 Examples:
   iteragpu verify iteragpu-lab-v1.zip
+  iteragpu verify iteragpu-lab-v1.tar.gz
   iteragpu verify ./iteragpu-lab-v1/
   iteragpu verify iteragpu-lab-v1.zip --json
 
 Complete: every member MANIFEST.json lists is there, nothing else is, and no name could escape
 the folder (`..`, an absolute path, a link) or collide with another once case is ignored or
 Unicode normalised; in a zip, every local header matches its central entry and no data lies
-before, between or after the entries. Valid: every member has the listed size and then the
+before, between or after the entries; in a tar.gz (read by a tar reader, whatever its name, when
+it starts as gzip does), no link or special file, and nothing but zeros after the last member. Valid: every member has the listed size and then the
 listed SHA-256. Nothing is extracted. Exit 1 on any failure.")]
 pub struct Args {
-    /// A kit zip, its extracted top folder, or a folder holding that top folder.
+    /// A kit zip or tar.gz, its extracted top folder, or a folder holding that top folder.
     pub path: PathBuf,
 
     /// Print one JSON document instead of text.
@@ -53,6 +55,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 fn render(report: &kit::Report) -> String {
     let source = match report.source {
         kit::Source::Zip => "zip",
+        kit::Source::TarGz => "tar.gz",
         kit::Source::Folder => "folder",
     };
     let mut text = format!("{} ({source}", report.path);

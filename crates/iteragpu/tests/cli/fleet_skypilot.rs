@@ -16,7 +16,7 @@ fn iteragpu() -> Command {
 }
 
 /// A wheel-shaped zip holding `binary` where maturin puts a `bin` binding's program.
-fn wheel(path: &Path, binary: Option<&Path>) {
+pub(crate) fn wheel(path: &Path, binary: Option<&Path>) {
     let mut zip = zip::ZipWriter::new(std::fs::File::create(path).unwrap());
     let options =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);

@@ -50,6 +50,79 @@ fn human_output_lists_members_and_says_how_to_check() {
         .stdout(predicate::str::contains("sha256sum -c --strict SHA256SUMS"));
 }
 
+/// Issue 36: the .tar.gz beside the zip holds the same members (the system's tar unpacks it,
+/// sha256sum and verify accept it), is byte-identical from run to run, and an existing one is
+/// never overwritten (nor the zip written without it).
+#[test]
+fn a_tar_gz_is_written_beside_the_zip() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = iteragpu()
+        .current_dir(dir.path())
+        .args(["kit", "--output", "a.zip", "--json"])
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    let doc: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(doc["tar_gz"]["output"], "a.tar.gz");
+    let tar_gz = std::fs::read(dir.path().join("a.tar.gz")).unwrap();
+    assert_eq!(doc["tar_gz"]["bytes"], tar_gz.len() as u64);
+    assert_eq!(doc["tar_gz"]["sha256"], kit::hash::sha256_hex(&tar_gz));
+    let _ = make_kit(dir.path(), "b.zip", &[]);
+    assert_eq!(tar_gz, std::fs::read(dir.path().join("b.tar.gz")).unwrap());
+
+    let unpacked = dir.path().join("unpacked");
+    std::fs::create_dir(&unpacked).unwrap();
+    let tar = std::process::Command::new("tar")
+        .arg("-xzf")
+        .arg(dir.path().join("a.tar.gz"))
+        .arg("-C")
+        .arg(&unpacked)
+        .output()
+        .unwrap();
+    assert!(tar.status.success(), "{tar:?}");
+    let zipped = dir.path().join("zipped");
+    extract(&dir.path().join("a.zip"), &zipped);
+    for member in doc["manifest"]["files"].as_array().unwrap() {
+        let path = format!("iteragpu-lab-v1/{}", member["path"].as_str().unwrap());
+        assert_eq!(
+            std::fs::read(unpacked.join(&path)).unwrap(),
+            std::fs::read(zipped.join(&path)).unwrap(),
+            "{path}"
+        );
+    }
+    let sums = std::process::Command::new("sha256sum")
+        .args(["-c", "--strict", "--quiet", "SHA256SUMS"])
+        .current_dir(unpacked.join("iteragpu-lab-v1"))
+        .output()
+        .unwrap();
+    assert!(sums.status.success(), "{sums:?}");
+    iteragpu()
+        .args(["verify"])
+        .arg(dir.path().join("a.tar.gz"))
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "(tar.gz, manifest in iteragpu-lab-v1/)",
+        ));
+
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["kit", "--output", "a.zip"])
+        .assert()
+        .code(2);
+    std::fs::remove_file(dir.path().join("a.zip")).unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["kit", "--output", "a.zip"])
+        .assert()
+        .code(2)
+        .stdout("")
+        .stderr(predicate::str::contains("a.tar.gz already exists"));
+    assert!(!dir.path().join("a.zip").exists());
+}
+
 #[test]
 fn refuses_to_overwrite() {
     let dir = tempfile::tempdir().unwrap();
@@ -267,14 +340,41 @@ fn the_kit_carries_the_release_or_this_build() {
             .arg("--json")
             .assert()
             .success()
-            .stderr("")
             .get_output()
-            .stdout
             .clone();
-        serde_json::from_slice(&out).unwrap()
+        let mut doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        doc["stderr"] = String::from_utf8(out.stderr).unwrap().into();
+        doc
     };
     let doc = kit_json(&["--output", "this.zip"]);
     assert_eq!(doc["program"]["source"], "this-build");
+    // The glibc figure is this binary's own, read from its version needs, and said plainly when
+    // it is newer than the kit README's 2.28.
+    let this_binary = std::fs::read(assert_cmd::cargo::cargo_bin("iteragpu")).unwrap();
+    let needed = kit::glibc_needed(&this_binary).unwrap();
+    assert_eq!(
+        doc["program"]["glibc_needed"],
+        serde_json::json!(needed.map(|v| v.to_string()))
+    );
+    match needed {
+        Some(v) if v > kit::KIT_GLIBC => {
+            let note = doc["program"]["note"].as_str().unwrap();
+            assert!(
+                note.contains(&format!(
+                    "it needs glibc {v} or newer, not the 2.28 the kit's README states"
+                )),
+                "{note}"
+            );
+            let stderr = doc["stderr"].as_str().unwrap();
+            assert!(
+                stderr.starts_with(&format!(
+                    "iteragpu: warning: the running iteragpu needs glibc {v} or newer"
+                )),
+                "{stderr}"
+            );
+        }
+        _ => assert_eq!(doc["stderr"], ""),
+    }
     assert_eq!(
         doc["program"]["members"],
         serde_json::json!([format!("bin/{this}/iteragpu")])
@@ -339,6 +439,30 @@ fn the_kit_carries_the_release_or_this_build() {
         .stdout(predicate::str::contains(
             "program: the portable binaries of scripts/release.sh in dist/ (glibc 2.28 or newer)",
         ));
+
+    assert_eq!(doc["stderr"], "");
+    assert_eq!(doc["program"]["glibc_needed"], serde_json::Value::Null);
+
+    // A "release" binary that needs a newer glibc than the README promises is refused whole.
+    if needed.is_some_and(|v| v > kit::KIT_GLIBC) {
+        let newer = dir.path().join("newer");
+        let folder = newer.join(format!("{}-unknown-linux-gnu", std::env::consts::ARCH));
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("iteragpu"), &this_binary).unwrap();
+        let v = needed.unwrap();
+        iteragpu()
+            .current_dir(dir.path())
+            .args(["kit", "--output", "newer.zip", "--release-dir", "newer"])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains(format!(
+                "iteragpu needs glibc {v} or newer (its highest GLIBC_ symbol version), newer \
+                 than the 2.28 the kit's README states: it will not start on an older system; \
+                 rebuild it with scripts/release.sh"
+            )));
+        assert!(!dir.path().join("newer.zip").exists());
+        assert!(!dir.path().join("newer.tar.gz").exists());
+    }
 
     std::fs::rename(dir.path().join("dist"), dir.path().join("elsewhere")).unwrap();
     let doc = kit_json(&["--output", "elsewhere.zip", "--release-dir", "elsewhere"]);

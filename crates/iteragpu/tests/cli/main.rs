@@ -14,6 +14,7 @@ mod fleet_inject;
 mod fleet_skypilot;
 mod fleet_slurm;
 mod gpu_check;
+mod help_examples;
 mod install;
 mod kill_loop;
 mod kit;

@@ -390,7 +390,7 @@ fn a_local_header_that_differs_from_its_central_entry_is_caught() {
         &bad,
         &[
             "complete: no",
-            "zip structure: the local header of iteragpu-lab-v1/README.md names it ../../../../../tmp/EVL.md",
+            "archive structure: the local header of iteragpu-lab-v1/README.md names it ../../../../../tmp/EVL.md",
             "valid: yes",
         ],
     );
@@ -439,7 +439,7 @@ fn data_before_between_or_after_the_entries_is_refused() {
         std::fs::write(&path, bytes).unwrap();
         fails_with(
             &path,
-            &["complete: no", &format!("zip structure: {message}")],
+            &["complete: no", &format!("archive structure: {message}")],
         );
     }
 }
@@ -513,4 +513,59 @@ fn names_that_extract_over_another_member_are_refused() {
             "valid: yes",
         ],
     );
+}
+
+/// Issue 36: a .tar.gz is read through a tar reader: repacked by the system's tar with one
+/// member changed, with a link added, or cut short, it fails; as written by `kit`, it passes.
+#[test]
+fn a_tar_gz_with_a_changed_member_a_link_or_a_cut_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let _ = kit(dir.path());
+    let good = dir.path().join("good.tar.gz");
+    let tar = |args: &[&str]| {
+        let out = std::process::Command::new("tar")
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tar {args:?}: {out:?}");
+    };
+    tar(&["-xzf", "good.tar.gz"]);
+    let readme = dir.path().join(TOP).join("README.md");
+    let mut bytes = std::fs::read(&readme).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(&readme, bytes).unwrap();
+    tar(&["-czf", "changed.tar.gz", TOP]);
+    iteragpu()
+        .arg("verify")
+        .arg(dir.path().join("changed.tar.gz"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains(
+            "(tar.gz, manifest in iteragpu-lab-v1/)",
+        ))
+        .stdout(predicate::str::contains("valid: no"))
+        .stdout(predicate::str::contains("hash mismatch: README.md"));
+
+    std::fs::remove_dir_all(dir.path().join(TOP)).unwrap();
+    tar(&["-xzf", "good.tar.gz"]);
+    std::os::unix::fs::symlink("/etc/passwd", dir.path().join(TOP).join("passwd")).unwrap();
+    tar(&["-czf", "link.tar.gz", TOP]);
+    iteragpu()
+        .arg("verify")
+        .arg(dir.path().join("link.tar.gz"))
+        .assert()
+        .code(1)
+        .stdout(predicate::str::contains("complete: no"))
+        .stdout(predicate::str::contains(
+            "unsafe path: iteragpu-lab-v1/passwd (a symbolic link)",
+        ));
+
+    let bytes = std::fs::read(&good).unwrap();
+    let cut = dir.path().join("cut.tar.gz");
+    std::fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let out = iteragpu().arg("verify").arg(&cut).output().unwrap();
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+
+    iteragpu().arg("verify").arg(&good).assert().success();
 }
