@@ -74,6 +74,7 @@ const STYLE: &str = "
 .iteragpu-report .verdict.ok { border-left: 6px solid #2e7d32; }
 .iteragpu-report .verdict .headline { font-size: 1.1em; margin: 4px 0; overflow-wrap: anywhere; }
 .iteragpu-report .verdict ul { margin: 4px 0; padding-left: 1.2em; }
+.iteragpu-report .verdict li.bad, .iteragpu-report .verdict li.warn { font-weight: normal; }
 .iteragpu-report td.bad { background: #fff1f1; }
 .iteragpu-report td.warn { background: #fff8e1; }
 .iteragpu-report dl { display: grid; grid-template-columns: minmax(6em, max-content) minmax(0, 1fr); gap: 2px 12px; font-size: 0.88em; margin: 6px 0; }
