@@ -100,11 +100,11 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
     if !inputs.verdicts.is_empty() {
         verdict_section(&mut body, inputs);
     }
-    let _ = write!(
+    let _ = writeln!(
         body,
         "<p class=\"meta\">{} run(s) and {} sweep(s){}{}; written by {} at {}. \
          Bytes use binary prefixes (KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup>, GiB = 2<sup>30</sup> bytes); \
-         <code>allocated</code> is part of <code>reserved</code>: never add them.</p>\n",
+         <code>allocated</code> is part of <code>reserved</code>: never add them.</p>",
         inputs.runs.len(),
         inputs.sweeps.len(),
         if inputs.probes.is_empty() {
