@@ -381,7 +381,7 @@ fn run_script(script: &str) -> Run {
 fn run_task(run: &str) -> Run {
     let preamble = [
         recorder("timeout", "return 0;"),
-        "python3() { echo /fake; }\nuname() { echo x86_64; }\nmkdir() { :; }\ncd() { builtin cd \"$SANDBOX\"; }\n".to_string(),
+        "uname() { echo x86_64; }\nmkdir() { :; }\ncd() { builtin cd \"$SANDBOX\"; }\n".to_string(),
     ]
     .concat();
     run_recorded(run, &preamble, &[("SKYPILOT_NODE_RANK", "0")])
@@ -570,6 +570,14 @@ fn check_skypilot(field: Field, value: &str) {
                 mounts.insert(k.clone(), v.clone());
             }
             *map.get_mut(&s("file_mounts")).unwrap() = Yaml::Hash(mounts);
+            // The setup unpacks that file by its name, shell-quoted.
+            let setup = doc["setup"].as_str().unwrap();
+            let unpacked = format!(
+                "python3 -m zipfile -e ~/iteragpu-dist/{} ~/iteragpu-wheel",
+                quote::shell("test", name).unwrap()
+            );
+            assert!(setup.contains(&unpacked), "{setup}");
+            set(&mut want, &["setup"], doc["setup"].clone());
         }
         Field::Package => set(&mut want, &["run"], doc["run"].clone()),
         _ => {}
@@ -626,7 +634,8 @@ fn check_skypilot(field: Field, value: &str) {
             );
             want.push(got[3].clone());
         } else {
-            want.push("/fake/bin/iteragpu".to_string());
+            assert!(got[3].ends_with("/iteragpu-bin/iteragpu"), "{got:?}");
+            want.push(got[3].clone());
         }
         want.extend(p.arguments(check));
         assert_eq!(got, &want);

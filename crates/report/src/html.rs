@@ -797,13 +797,17 @@ fn cards_shown(probes: &[Probe], flagged: &[usize]) -> Vec<usize> {
     order
 }
 
+/// One figure of the fleet charts: its name, label, unit, and a bar per device with the index
+/// of the probe it came from.
+type Figure = (String, String, &'static str, Vec<(usize, FleetBar)>);
+
 /// Several probes (the nodes of a fleet, or machines side by side): each figure on one axis
 /// with every device of every probe (past [`FLEET_BARS`], the outliers and the lowest, the rest
 /// summarised), the outliers (more than the lot's tolerance below the median of all the
 /// others) marked. Returns the probes that hold an outlier.
 fn fleet_charts(out: &mut String, probes: &[Probe]) -> Result<Vec<usize>, ReportError> {
     // (figure name, label, unit, bars)
-    let mut figures: Vec<(String, String, &str, Vec<(usize, FleetBar)>)> = Vec::new();
+    let mut figures: Vec<Figure> = Vec::new();
     let mut add =
         |name: &str, label: &str, unit: &'static str, bar: (usize, FleetBar)| match figures
             .iter_mut()

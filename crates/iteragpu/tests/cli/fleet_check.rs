@@ -803,23 +803,24 @@ fn a_nodes_own_gpu_warnings_fail_the_fleet_with_node_and_gpu() {
 }
 
 #[test]
-fn a_hardware_xid_fails_the_fleet_and_an_unread_kernel_log_only_warns() {
+fn a_hardware_xid_fails_the_fleet_and_an_unread_kernel_log_is_not_checked() {
     let libs = StubDir::new();
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("fleet");
     fleet(libs.path(), &dir, EVEN);
     let finding = |code: &str, severity: &str, message: &str| json!({"code": code, "severity": severity, "device": "cuda:1", "message": message, "figures": {}});
-    // Past faults unknown (the kernel log closed to the check): said, the verdict stays OK.
+    // Past faults unknown (the kernel log closed to the check): said as not checked.
     edit_probe(&dir, "n0", |v| {
-        v["findings"] = json!([finding(
-            "xid_not_checked",
-            "note",
-            "cuda:1's XID errors were not checked: the kernel log is not readable here"
-        )]);
+        for d in v["devices"].as_array_mut().unwrap() {
+            d["facts"]["xid_not_checked"] =
+                json!("the kernel log is not readable here (/dev/kmsg: Permission denied)");
+        }
     });
     let text = text_of(&check(libs.path(), &dir, &[]).success());
     assert!(
-        text.contains("warn xid_not_checked: node n0: cuda:1's XID errors were not checked"),
+        text.contains(
+            "XID errors since boot on 1 node(s) (n0): the kernel log is not readable here"
+        ),
         "{text}"
     );
     // XID 79 (fallen off the bus) on n2: the fleet fails, naming n2 and the GPU.
