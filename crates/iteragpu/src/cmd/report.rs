@@ -24,9 +24,12 @@ Examples:
 
 The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a
 Content-Security-Policy forbids every fetch). Runs side by side share their axes. A probe
-document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. The JSON of
-`iteragpu price`, `fit` and `cost` (--json) adds a cost section: each package, its price and
-the price per accepted result. A sweep's
+document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. The page
+leads with the verdicts, failing ones first: a fleet's folder its `fleet check` verdict, a
+`fit --json` document whether any package fits (then its decision table: fits, tight or does
+not fit, headroom, largest context and batch, decode ceiling, price per Mtok, the engine's
+budget per GPU). The JSON of `iteragpu price` and `cost` (--json) adds a cost section: each
+package, its price and the price per accepted result. A sweep's
 documents are read only by the plain file names its summary.csv gives, inside its folder; each
 document is read within 16 MiB and all inputs together within 64 MiB.")]
 pub struct Args {
