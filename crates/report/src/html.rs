@@ -1780,6 +1780,47 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_verdict_is_first_marked_and_before_the_page_line() {
+        let verdict = |label: &str, standing, lines: Vec<(Standing, String)>| crate::Verdict {
+            label: label.into(),
+            standing,
+            headline: format!("{label} says so"),
+            lines,
+        };
+        let inputs = Inputs {
+            verdicts: vec![
+                verdict("yes", Standing::Ok, vec![]),
+                verdict("tight", Standing::Warns, vec![]),
+                verdict(
+                    "no",
+                    Standing::Fails,
+                    vec![
+                        (Standing::Warns, "not checked: x".into()),
+                        (Standing::Fails, "FAIL y".into()),
+                    ],
+                ),
+            ],
+            ..Inputs::default()
+        };
+        let meta = Meta {
+            tool: "t".into(),
+            generated_utc: "now".into(),
+        };
+        let page = render(&inputs, &meta).unwrap();
+        let at = |s: &str| page.find(s).unwrap_or_else(|| panic!("{s} not in {page}"));
+        assert!(at("<h1>") < at("<section id=\"verdict\">"));
+        assert!(at("<section id=\"verdict\">") < at("<p class=\"meta\">"));
+        let no = at(
+            "<article class=\"card verdict bad\" data-standing=\"bad\" data-ok=\"false\">\n<p class=\"headline bad\"><strong>no says so",
+        );
+        let tight = at("<p class=\"headline warn\"><strong>tight says so");
+        let yes = at("<p class=\"headline ok\"><strong>yes says so");
+        assert!(no < tight && tight < yes);
+        // The failing line before the doubtful one, each in its class.
+        assert!(at("<li class=\"bad\">FAIL y</li>") < at("<li class=\"warn\">not checked: x</li>"));
+    }
+
+    #[test]
     fn environment_facts_are_labelled_with_units() {
         let details = serde_json::json!({
             "host_memory": {"total_bytes": 85_520_809_984u64},
