@@ -32,6 +32,11 @@ pub const VLLM_BLOCK_TOKENS: u64 = 16;
 /// and the cumulative sum of top-p. Checked against published logs (a 128256-token vocabulary
 /// at 256 rows: 1.26 GiB; a 201088-token vocabulary at 1024 rows: 7.4 to 7.6 GiB with the
 /// non-torch memory); off by up to a quarter either way (FlashInfer's sampler holds less).
+/// Not every run holds this much: a vLLM 0.8 (V0) log on an H100 (generative-computing/mellea
+/// pull request 416) printed a 0.23 GiB peak at 8192 batched tokens for a model whose 1.12 GiB
+/// of weights and 114688-byte KV token are Qwen3-0.6B's; 256 rows of its 151936 logits at this
+/// rate would be 1.45 GiB. The log does not say its `max_num_seqs`, so it is not in the fixture;
+/// where the rate over-counts, the budget under-states the pool, it does not over-state it.
 pub const SAMPLER_BYTES_PER_LOGIT: u128 = 40;
 
 /// Which engine's budget.
@@ -218,26 +223,40 @@ pub fn fraction_of(total: u128, fraction: Decimal) -> u128 {
 }
 
 /// The forward pass's activation bytes for `tokens` tokens on one GPU of tensor-parallel degree
-/// `tp`: the residual stream and the normalised hidden states, the query/key/value projections
-/// and the attention output (a T-th of the heads), and the MLP's gate/up output and activation
-/// (a T-th of its width; for a mixture of experts, every token's experts, as the fused kernel's
-/// caches hold them).
+/// `tp`: what is alive at once at the larger of the two moments of a decoder layer, since each
+/// layer frees what the one before held.
+///
+/// - **Attention**: the residual stream, the normalised input the caller still holds, the
+///   query/key/value projection (a T-th of the heads), the attention output and the output
+///   projection's result: `3 h + (q + 2 kv) d / T + q d / T`.
+/// - **MLP**: the residual stream, the normalised input, the gate/up projection (`2 I / T`, still
+///   referenced while the activation runs), its activation (`I / T`) and the down projection's
+///   result: `3 h + 3 I / T`. For a mixture of experts, every token's routed experts as the
+///   fused kernel's caches hold them, plus the router logits and any shared expert.
+///
+/// Derived from vLLM's model code (`LlamaMLP.forward` keeps `gate_up` referenced until it
+/// returns; the decoder layer keeps the normalised input) and checked against published
+/// start-up logs: Llama-3.1-8B on an RTX 3090 printed a peak of 2.07 GiB at 20000 batched
+/// tokens and 2.99 GiB at 29000 (vllm-project/vllm#10517), 109,760 bytes a token between the
+/// two, where this rule gives 110,592 (`(3 x 4096 + 3 x 14336) x 2`), and 2.06 and 2.99 GiB.
 pub fn forward_bytes(shape: &Shape, tokens: u64, tp: u64) -> u128 {
     let t = u128::from(tp.max(1));
     let a = u128::from(shape.activation_bytes.max(1));
     let hidden = u128::from(shape.hidden);
     let qkv = u128::from(shape.heads + 2 * shape.kv_heads) * u128::from(shape.head_dim) / t;
     let attn = u128::from(shape.heads) * u128::from(shape.head_dim) / t;
-    let mlp = match shape.experts {
-        Some((e, k)) => {
-            3 * u128::from(k) * u128::from(shape.intermediate) / t
-                + u128::from(k) * hidden
-                + 2 * u128::from(e)
-                + 3 * u128::from(shape.shared_intermediate) / t
-        }
-        None => 3 * u128::from(shape.intermediate) / t,
-    };
-    u128::from(tokens) * a * (3 * hidden + qkv + attn + mlp)
+    let attention = 3 * hidden + qkv + attn;
+    let mlp = 3 * hidden
+        + match shape.experts {
+            Some((e, k)) => {
+                3 * u128::from(k) * u128::from(shape.intermediate) / t
+                    + u128::from(k) * hidden
+                    + 2 * u128::from(e)
+                    + 3 * u128::from(shape.shared_intermediate) / t
+            }
+            None => 3 * u128::from(shape.intermediate) / t,
+        };
+    u128::from(tokens) * a * attention.max(mlp)
 }
 
 /// The profile run's activation peak on one GPU: the larger of the forward pass over
@@ -584,6 +603,30 @@ mod tests {
         assert_eq!(
             b.activation_peak.bytes,
             1024 * 128_256 * 40 + 8192 * 4096 * 2
+        );
+    }
+
+    #[test]
+    fn the_forward_peak_is_the_mlp_moment_as_a_published_log_printed_it() {
+        // vllm-project/vllm#10517, Llama-3.1-8B on an RTX 3090 (vLLM 0.6.4): peak_torch_memory
+        // 17.06 and 17.98 GiB at 20000 and 29000 batched tokens, less the 14.9888 GiB of
+        // weights: 2.07 and 2.99 GiB (to the printed hundredth).
+        let shape = llama8b();
+        assert_eq!(forward_bytes(&shape, 1, 1), 110_592);
+        for (tokens, printed) in [(20_000u64, 2.07f64), (29_000, 2.99)] {
+            let gib = forward_bytes(&shape, tokens, 1) as f64 / GIB as f64;
+            assert!((gib - printed).abs() < 0.02, "{tokens}: {gib}");
+        }
+        // Tensor parallel splits the projections, not the residual stream.
+        assert_eq!(forward_bytes(&shape, 1, 2), 2 * (3 * 4096 + 3 * 14336 / 2));
+        // A wide attention and a narrow MLP: the attention moment is the larger.
+        let wide = Shape {
+            intermediate: 1024,
+            ..shape
+        };
+        assert_eq!(
+            forward_bytes(&wide, 1, 1),
+            2 * (3 * 4096 + 48 * 128 + 32 * 128)
         );
     }
 
