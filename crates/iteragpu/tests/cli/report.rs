@@ -1399,7 +1399,31 @@ fn a_fit_with_room_to_spare_says_fits_and_marks_its_tight_rows() {
             .count(),
         shown_tight
     );
-    assert!(html.contains("<li class=\"warn\">tight 1 x l4 (1 GPU, TP1), 7 days: "));
+    // The verdict names the first tight row, with its reason.
+    let first = options.iter().find(|o| o["tight"] == true).unwrap();
+    let n = |k: &str| first[k].as_u64().unwrap();
+    let layout = &first["layout"];
+    let pp = layout["pipeline_parallel"].as_u64().unwrap();
+    let package = format!(
+        "{} x {} ({} GPU{}, TP{}{}), 7 days",
+        n("lots"),
+        first["gpu"].as_str().unwrap(),
+        n("total_gpus"),
+        if n("total_gpus") == 1 { "" } else { "s" },
+        layout["tensor_parallel"],
+        if pp > 1 {
+            format!(" x PP{pp}")
+        } else {
+            String::new()
+        }
+    );
+    let reason = first["reason"].as_str().unwrap().replace('\'', "&#39;");
+    assert!(
+        html.contains(&format!(
+            "<li class=\"warn\">tight {package}: {reason}</li>"
+        )),
+        "{package}: {reason}"
+    );
     // The engine's budget per GPU, term by term, for the first row (an L4 under vLLM).
     let b = &options[0]["budget"];
     assert_eq!(b["serve"], "vllm");
