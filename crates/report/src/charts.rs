@@ -183,12 +183,66 @@ const BASE_WIDTH: f64 = 640.0;
 #[derive(Debug, Clone, Copy)]
 struct Sizes {
     k: f64,
+    narrow: bool,
 }
+
+/// Which drawing of a chart: the one for a frame of [`NARROW_BELOW`] px or more, or the one for
+/// a phone. Every chart is drawn both ways; the page's style shows the one its frame fits, so
+/// no chart is ever cut off or scrolled, and no text is under [`MIN_TEXT_PX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Frame {
+    /// The chart's own width (640 px, or more for many bars).
+    Wide,
+    /// [`NARROW_WIDTH`] px, the base text size, fewer labels.
+    Narrow,
+}
+
+/// The narrow drawing's width in SVG pixels: shown at a phone's frame (about 330 px at 390 px)
+/// its text stays over 11 px (see [`min_width`]).
+pub(crate) const NARROW_WIDTH: u32 = 340;
+
+/// A frame narrower than this, in CSS pixels, shows the narrow drawing: every wide drawing fits
+/// a frame this wide with its text at 11 px or more.
+pub(crate) const NARROW_BELOW: u32 = 500;
 
 impl Sizes {
     fn of(width: u32) -> Sizes {
         Sizes {
             k: (width as f64 / BASE_WIDTH).max(1.0),
+            narrow: false,
+        }
+    }
+
+    /// The width to draw a chart at in `frame` (`wide` in the wide frame), and its sizes.
+    fn frame(frame: Frame, wide: u32) -> (u32, Sizes) {
+        match frame {
+            Frame::Wide => (wide, Sizes::of(wide)),
+            Frame::Narrow => (
+                NARROW_WIDTH,
+                Sizes {
+                    k: 1.0,
+                    narrow: true,
+                },
+            ),
+        }
+    }
+
+    /// A chart's height: its base height, or three quarters of it when narrow.
+    fn height(&self, base: f64) -> u32 {
+        if self.narrow {
+            (base * 0.75).round() as u32
+        } else {
+            self.px(base)
+        }
+    }
+
+    /// The title's font: larger than the labels, but no larger when narrow (a long title
+    /// would not fit).
+    fn title(&self) -> (&'static str, u32) {
+        if self.narrow {
+            self.font(BASE_FONT)
+        } else {
+            self.font(24.0)
         }
     }
 
@@ -259,6 +313,7 @@ where
 fn svg(
     title: &str,
     size: (u32, u32),
+    z: Sizes,
     f: impl FnOnce(&DrawingArea<SVGBackend, Shift>) -> Drawn,
 ) -> Result<String, ReportError> {
     let mut out = String::new();
@@ -276,9 +331,26 @@ fn svg(
     }
     Ok(out.replacen(
         "<svg ",
-        &format!("<svg style=\"min-width: {}px\" ", min_width(size.0)),
+        &format!(
+            "<svg class=\"{}\" style=\"min-width: {}px\" ",
+            if z.narrow { "narrow" } else { "wide" },
+            min_width(size.0)
+        ),
         1,
     ))
+}
+
+/// A chart drawn in both frames, the wide drawing first.
+fn both(draw: impl Fn(Frame) -> Result<String, ReportError>) -> Result<String, ReportError> {
+    Ok(format!("{}\n{}", draw(Frame::Wide)?, draw(Frame::Narrow)?))
+}
+
+/// Keys for `n` slots in a chart `width` wide: every slot while each has `each` px (at the base
+/// size), else every k-th, always the first.
+fn thinned(n: usize, width: u32, each: f64, z: Sizes) -> Vec<f64> {
+    let fit = ((width as f64 / (each * z.k)) as usize).max(1);
+    let stride = n.div_ceil(fit).max(1);
+    (0..n).step_by(stride).map(|i| i as f64 + 0.5).collect()
 }
 
 /// Runs whose peak memory is within this factor of each other share a memory scale; a run
@@ -397,53 +469,56 @@ pub(crate) fn phase_time(run: &Run, axes: &PhaseAxes) -> Result<String, ReportEr
     let labels: Vec<String> = rows.iter().map(phase_label).collect();
     let has_device = rows.iter().any(|r| r.device_seconds.is_some());
     let title = "Time per phase: wall clock vs device";
-    let width = width_for(n);
-    let z = Sizes::of(width);
-    svg(title, (width, z.px(360.0)), |root| {
-        let lo = axes.time_ms.lo;
-        let keys = phase_keys(n, width);
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, z.font(24.0))
-            .margin(z.px(12.0))
-            .x_label_area_size(z.px(46.0))
-            .y_label_area_size(z.px(72.0))
-            .build_cartesian_2d(
-                keyed(RangedCoordf64::from(0f64..n as f64), keys),
-                axes.time_ms.coord(),
+    both(|frame| {
+        let (width, z) = Sizes::frame(frame, width_for(n));
+        svg(title, (width, z.height(360.0)), z, |root| {
+            let lo = axes.time_ms.lo;
+            let keys = phase_keys(n, width);
+            let mut chart = ChartBuilder::on(root)
+                .caption(title, z.title())
+                .margin(z.px(12.0))
+                .x_label_area_size(z.px(46.0))
+                .y_label_area_size(z.px(72.0))
+                .build_cartesian_2d(
+                    keyed(RangedCoordf64::from(0f64..n as f64), keys),
+                    axes.time_ms.coord(),
+                )?;
+            categorical_mesh(
+                &mut chart,
+                ("phase", &format!("time (ms, {})", axes.time_ms.says())),
+                &labels,
+                z,
             )?;
-        categorical_mesh(
-            &mut chart,
-            ("phase", &format!("time (ms, {})", axes.time_ms.says())),
-            &labels,
-            z,
-        )?;
-        let (w0, w1) = if has_device { (0.1, 0.5) } else { (0.2, 0.8) };
-        chart
-            .draw_series(rows.iter().enumerate().map(|(i, r)| {
-                let x = i as f64;
-                Rectangle::new(
-                    [(x + w0, lo), (x + w1, (r.wall_seconds * 1e3).max(lo))],
-                    WALL.filled(),
-                )
-            }))?
-            .label("wall clock (host)")
-            .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], WALL.filled()));
-        if has_device {
+            let (w0, w1) = if has_device { (0.1, 0.5) } else { (0.2, 0.8) };
             chart
-                .draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+                .draw_series(rows.iter().enumerate().map(|(i, r)| {
                     let x = i as f64;
-                    r.device_seconds.map(|d| {
-                        Rectangle::new(
-                            [(x + 0.5, lo), (x + 0.9, (d * 1e3).max(lo))],
-                            DEVICE.filled(),
-                        )
-                    })
+                    Rectangle::new(
+                        [(x + w0, lo), (x + w1, (r.wall_seconds * 1e3).max(lo))],
+                        WALL.filled(),
+                    )
                 }))?
-                .label("device (CUDA events)")
-                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], DEVICE.filled()));
-        }
-        legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
-        Ok(())
+                .label("wall clock (host)")
+                .legend(|(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], WALL.filled()));
+            if has_device {
+                chart
+                    .draw_series(rows.iter().enumerate().filter_map(|(i, r)| {
+                        let x = i as f64;
+                        r.device_seconds.map(|d| {
+                            Rectangle::new(
+                                [(x + 0.5, lo), (x + 0.9, (d * 1e3).max(lo))],
+                                DEVICE.filled(),
+                            )
+                        })
+                    }))?
+                    .label("device (CUDA events)")
+                    .legend(|(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], DEVICE.filled())
+                    });
+            }
+            legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
+            Ok(())
+        })
     })
 }
 
@@ -454,48 +529,49 @@ pub(crate) fn phase_memory(run: &Run, axes: &PhaseAxes) -> Result<String, Report
     let labels: Vec<String> = rows.iter().map(phase_label).collect();
     let unit = axes.memory;
     let title = "Memory per phase: allocated and reserved";
-    let width = width_for(n);
-    let z = Sizes::of(width);
-    svg(title, (width, z.px(400.0)), |root| {
-        let top = axes.memory_max / unit.scale * 1.75;
-        let keys = phase_keys(n, width);
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, z.font(24.0))
-            .margin(z.px(12.0))
-            .x_label_area_size(z.px(46.0))
-            .y_label_area_size(z.px(72.0))
-            .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
-        categorical_mesh(
-            &mut chart,
-            ("phase", &format!("bytes ({}, linear)", unit.name)),
-            &labels,
-            z,
-        )?;
-        for (k, (color, name)) in MEMORY.iter().enumerate() {
-            let bar = 0.8 / 6.0;
-            let color = *color;
-            chart
-                .draw_series(rows.iter().enumerate().map(|(i, r)| {
-                    let m = &r.memory;
-                    let v = [
-                        m.baseline_allocated_bytes,
-                        m.end_allocated_bytes,
-                        m.peak_allocated_bytes,
-                        m.baseline_reserved_bytes,
-                        m.end_reserved_bytes,
-                        m.peak_reserved_bytes,
-                    ][k] as f64
-                        / unit.scale;
-                    let x = i as f64 + 0.1 + bar * k as f64;
-                    Rectangle::new([(x, 0.0), (x + bar * 0.9, v)], color.filled())
-                }))?
-                .label(*name)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
-        }
-        legend(&mut chart, SeriesLabelPosition::UpperLeft, z)?;
-        Ok(())
+    both(|frame| {
+        let (width, z) = Sizes::frame(frame, width_for(n));
+        svg(title, (width, z.height(400.0)), z, |root| {
+            let top = axes.memory_max / unit.scale * 1.75;
+            let keys = phase_keys(n, width);
+            let mut chart = ChartBuilder::on(root)
+                .caption(title, z.title())
+                .margin(z.px(12.0))
+                .x_label_area_size(z.px(46.0))
+                .y_label_area_size(z.px(72.0))
+                .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
+            categorical_mesh(
+                &mut chart,
+                ("phase", &format!("bytes ({}, linear)", unit.name)),
+                &labels,
+                z,
+            )?;
+            for (k, (color, name)) in MEMORY.iter().enumerate() {
+                let bar = 0.8 / 6.0;
+                let color = *color;
+                chart
+                    .draw_series(rows.iter().enumerate().map(|(i, r)| {
+                        let m = &r.memory;
+                        let v = [
+                            m.baseline_allocated_bytes,
+                            m.end_allocated_bytes,
+                            m.peak_allocated_bytes,
+                            m.baseline_reserved_bytes,
+                            m.end_reserved_bytes,
+                            m.peak_reserved_bytes,
+                        ][k] as f64
+                            / unit.scale;
+                        let x = i as f64 + 0.1 + bar * k as f64;
+                        Rectangle::new([(x, 0.0), (x + bar * 0.9, v)], color.filled())
+                    }))?
+                    .label(*name)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                    });
+            }
+            legend(&mut chart, SeriesLabelPosition::UpperLeft, z)?;
+            Ok(())
+        })
     })
 }
 
@@ -523,8 +599,11 @@ pub(crate) fn line_chart(
         .collect();
     xs.sort_by(f64::total_cmp);
     xs.dedup();
-    let stride = xs.len().div_ceil(12).max(1);
-    let keys: Vec<f64> = xs.iter().step_by(stride).copied().collect();
+    // At most 12 ticks on x (5 in the narrow drawing), always the first value.
+    let keys = |most: usize| -> Vec<f64> {
+        let stride = xs.len().div_ceil(most).max(1);
+        xs.iter().step_by(stride).copied().collect()
+    };
     let x = match (xs.first(), xs.last()) {
         (Some(&a), Some(&b)) if b / a >= 10.0 => Fit {
             log: true,
@@ -547,44 +626,53 @@ pub(crate) fn line_chart(
     };
     let ys = series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
     let y = fit(ys, 4.0, false);
-    let width = 640;
-    let z = Sizes::of(width);
-    svg(title, (width, 400), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, z.font(24.0))
-            .margin(z.px(12.0))
-            .x_label_area_size(z.px(46.0))
-            .y_label_area_size(z.px(72.0))
-            .build_cartesian_2d(keyed(x.coord(), keys), y.coord())?;
-        chart
-            .configure_mesh()
-            .x_desc(format!("{x_name} ({})", x.says()))
-            .y_desc(format!("{y_name} ({})", y.says()))
-            .x_label_formatter(&|v| tick(*v))
-            .y_label_formatter(&|v| tick(*v))
-            .label_style(z.font(BASE_FONT))
-            .axis_desc_style(z.font(BASE_FONT))
-            .draw()?;
-        for s in series {
-            let style = s.color.stroke_width(2);
-            let color = s.color;
-            let dashed = s.dashed;
-            let anno = if dashed {
-                chart.draw_series(DashedLineSeries::new(s.points.iter().copied(), 6, 4, style))?
-            } else {
-                chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?
-            };
-            anno.label(s.label.as_str()).legend(move |(x, y)| {
-                if dashed {
-                    PathElement::new(vec![(x, y), (x + 6, y)], color.stroke_width(2))
+    both(|frame| {
+        let (width, z) = Sizes::frame(frame, 640);
+        svg(title, (width, z.height(400.0)), z, |root| {
+            let mut chart = ChartBuilder::on(root)
+                .caption(title, z.title())
+                .margin(z.px(12.0))
+                .x_label_area_size(z.px(46.0))
+                .y_label_area_size(z.px(72.0))
+                .build_cartesian_2d(
+                    keyed(x.coord(), keys(if z.narrow { 5 } else { 12 })),
+                    y.coord(),
+                )?;
+            chart
+                .configure_mesh()
+                .x_desc(format!("{x_name} ({})", x.says()))
+                .y_desc(format!("{y_name} ({})", y.says()))
+                .x_label_formatter(&|v| tick(*v))
+                .y_label_formatter(&|v| tick(*v))
+                .label_style(z.font(BASE_FONT))
+                .axis_desc_style(z.font(BASE_FONT))
+                .draw()?;
+            for s in series {
+                let style = s.color.stroke_width(2);
+                let color = s.color;
+                let dashed = s.dashed;
+                let anno = if dashed {
+                    chart.draw_series(DashedLineSeries::new(
+                        s.points.iter().copied(),
+                        6,
+                        4,
+                        style,
+                    ))?
                 } else {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                }
-            });
-            chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
-        }
-        legend(&mut chart, SeriesLabelPosition::UpperLeft, z)?;
-        Ok(())
+                    chart.draw_series(LineSeries::new(s.points.iter().copied(), style))?
+                };
+                anno.label(s.label.as_str()).legend(move |(x, y)| {
+                    if dashed {
+                        PathElement::new(vec![(x, y), (x + 6, y)], color.stroke_width(2))
+                    } else {
+                        PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+                    }
+                });
+                chart.draw_series(s.points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
+            }
+            legend(&mut chart, SeriesLabelPosition::UpperLeft, z)?;
+            Ok(())
+        })
     })
 }
 
@@ -626,52 +714,58 @@ pub(crate) fn probe_bars(
     let has_reference = groups
         .iter()
         .any(|g| g.bars.iter().any(|b| b.reference.is_some()));
-    let width = width_for(n * devices.len().max(1));
-    let z = Sizes::of(width);
-    svg(title, (width, z.px(400.0)), |root| {
-        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, z.font(24.0))
-            .margin(z.px(12.0))
-            .x_label_area_size(z.px(46.0))
-            .y_label_area_size(z.px(72.0))
-            .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
-        categorical_mesh(&mut chart, ("figure", y_desc), &labels, z)?;
-        let bar = 0.8 / per_group;
-        for (d, name) in devices.iter().enumerate() {
-            let color = PALETTE[d % PALETTE.len()];
-            chart
-                .draw_series(groups.iter().enumerate().flat_map(|(i, g)| {
-                    g.bars.iter().filter(|b| b.device == d).map(move |b| {
-                        let x = i as f64 + 0.1 + bar * d as f64;
-                        Rectangle::new([(x, 0.0), (x + bar * 0.9, b.value)], color.filled())
-                    })
-                }))?
-                .label(name.as_str())
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
-        }
-        if has_reference {
-            chart
-                .draw_series(groups.iter().enumerate().flat_map(|(i, g)| {
-                    g.bars.iter().filter_map(move |b| {
-                        let x = i as f64 + 0.1 + bar * b.device as f64;
-                        b.reference.map(|r| {
-                            PathElement::new(
-                                vec![(x, r), (x + bar * 0.9, r)],
-                                BLACK.stroke_width(3),
-                            )
+    both(|frame| {
+        let (width, z) = Sizes::frame(frame, width_for(n * devices.len().max(1)));
+        svg(title, (width, z.height(400.0)), z, |root| {
+            // Narrow: a label under every k-th slot only, so that none overlaps the next.
+            let keys: Vec<f64> = if z.narrow {
+                thinned(n, width, 90.0, z)
+            } else {
+                (0..n).map(|i| i as f64 + 0.5).collect()
+            };
+            let mut chart = ChartBuilder::on(root)
+                .caption(title, z.title())
+                .margin(z.px(12.0))
+                .x_label_area_size(z.px(46.0))
+                .y_label_area_size(z.px(72.0))
+                .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
+            categorical_mesh(&mut chart, ("figure", y_desc), &labels, z)?;
+            let bar = 0.8 / per_group;
+            for (d, name) in devices.iter().enumerate() {
+                let color = PALETTE[d % PALETTE.len()];
+                chart
+                    .draw_series(groups.iter().enumerate().flat_map(|(i, g)| {
+                        g.bars.iter().filter(|b| b.device == d).map(move |b| {
+                            let x = i as f64 + 0.1 + bar * d as f64;
+                            Rectangle::new([(x, 0.0), (x + bar * 0.9, b.value)], color.filled())
                         })
-                    })
-                }))?
-                .label("datasheet figure")
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
-                });
-        }
-        legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
-        Ok(())
+                    }))?
+                    .label(name.as_str())
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                    });
+            }
+            if has_reference {
+                chart
+                    .draw_series(groups.iter().enumerate().flat_map(|(i, g)| {
+                        g.bars.iter().filter_map(move |b| {
+                            let x = i as f64 + 0.1 + bar * b.device as f64;
+                            b.reference.map(|r| {
+                                PathElement::new(
+                                    vec![(x, r), (x + bar * 0.9, r)],
+                                    BLACK.stroke_width(3),
+                                )
+                            })
+                        })
+                    }))?
+                    .label("datasheet figure")
+                    .legend(|(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
+                    });
+            }
+            legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
+            Ok(())
+        })
     })
 }
 
@@ -704,58 +798,64 @@ pub(crate) fn fleet_bars(
         * 1.5;
     let has_reference = bars.iter().any(|b| b.reference.is_some());
     let has_outlier = bars.iter().any(|b| b.outlier);
-    let width = width_for(n);
-    let z = Sizes::of(width);
-    svg(title, (width, z.px(400.0)), |root| {
-        let keys: Vec<f64> = (0..n).map(|i| i as f64 + 0.5).collect();
-        let mut chart = ChartBuilder::on(root)
-            .caption(title, z.font(24.0))
-            .margin(z.px(12.0))
-            .x_label_area_size(z.px(46.0))
-            .y_label_area_size(z.px(72.0))
-            .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
-        categorical_mesh(&mut chart, ("node/GPU", y_desc), &labels, z)?;
-        for (outlier, name, color) in [
-            (false, "GPU", PALETTE[0]),
-            (
-                true,
-                "outlier: more than 10% below the fleet's median of the others",
-                PALETTE[1],
-            ),
-        ] {
-            if outlier && !has_outlier {
-                continue;
+    both(|frame| {
+        let (width, z) = Sizes::frame(frame, width_for(n));
+        svg(title, (width, z.height(400.0)), z, |root| {
+            // Narrow: a label under every k-th slot only, so that none overlaps the next.
+            let keys: Vec<f64> = if z.narrow {
+                thinned(n, width, 90.0, z)
+            } else {
+                (0..n).map(|i| i as f64 + 0.5).collect()
+            };
+            let mut chart = ChartBuilder::on(root)
+                .caption(title, z.title())
+                .margin(z.px(12.0))
+                .x_label_area_size(z.px(46.0))
+                .y_label_area_size(z.px(72.0))
+                .build_cartesian_2d(keyed(RangedCoordf64::from(0f64..n as f64), keys), 0f64..top)?;
+            categorical_mesh(&mut chart, ("node/GPU", y_desc), &labels, z)?;
+            for (outlier, name, color) in [
+                (false, "GPU", PALETTE[0]),
+                (
+                    true,
+                    "outlier: more than 10% below the fleet's median of the others",
+                    PALETTE[1],
+                ),
+            ] {
+                if outlier && !has_outlier {
+                    continue;
+                }
+                chart
+                    .draw_series(
+                        bars.iter()
+                            .enumerate()
+                            .filter(|(_, b)| b.outlier == outlier)
+                            .map(|(i, b)| {
+                                let x = i as f64 + 0.15;
+                                Rectangle::new([(x, 0.0), (x + 0.7, b.value)], color.filled())
+                            }),
+                    )?
+                    .label(name)
+                    .legend(move |(x, y)| {
+                        Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
+                    });
             }
-            chart
-                .draw_series(
-                    bars.iter()
-                        .enumerate()
-                        .filter(|(_, b)| b.outlier == outlier)
-                        .map(|(i, b)| {
+            if has_reference {
+                chart
+                    .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
+                        b.reference.map(|r| {
                             let x = i as f64 + 0.15;
-                            Rectangle::new([(x, 0.0), (x + 0.7, b.value)], color.filled())
-                        }),
-                )?
-                .label(name)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 12, y + 5)], color.filled())
-                });
-        }
-        if has_reference {
-            chart
-                .draw_series(bars.iter().enumerate().filter_map(|(i, b)| {
-                    b.reference.map(|r| {
-                        let x = i as f64 + 0.15;
-                        PathElement::new(vec![(x, r), (x + 0.7, r)], BLACK.stroke_width(3))
-                    })
-                }))?
-                .label("datasheet figure")
-                .legend(|(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
-                });
-        }
-        legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
-        Ok(())
+                            PathElement::new(vec![(x, r), (x + 0.7, r)], BLACK.stroke_width(3))
+                        })
+                    }))?
+                    .label("datasheet figure")
+                    .legend(|(x, y)| {
+                        PathElement::new(vec![(x, y), (x + 18, y)], BLACK.stroke_width(3))
+                    });
+            }
+            legend(&mut chart, SeriesLabelPosition::UpperRight, z)?;
+            Ok(())
+        })
     })
 }
 

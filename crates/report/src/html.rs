@@ -8,7 +8,8 @@ use serde_json::Value;
 use sweep::summary::{Row, Status};
 
 use crate::charts::{self, FleetBar, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
-use crate::load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep};
+use crate::fit::{self, FitDocument, RowStanding};
+use crate::load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Standing, Sweep};
 use crate::units::{bytes, bytes_unit, figure as number, flops_unit, tick};
 
 /// What the page says about itself.
@@ -52,8 +53,13 @@ const STYLE: &str = "
 .iteragpu-report .grid { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 560px), 1fr)); gap: 16px; }
 .iteragpu-report .grid > * { min-width: 0; }
 .iteragpu-report .card { border: 1px solid #ddd; border-radius: 6px; padding: 12px; min-width: 0; }
-.iteragpu-report figure { margin: 8px 0; overflow-x: auto; }
+.iteragpu-report figure { margin: 8px 0; overflow-x: auto; container-type: inline-size; }
 .iteragpu-report figure svg { display: block; max-width: 100%; height: auto; }
+.iteragpu-report figure svg.narrow { display: none; width: 100%; }
+@container (max-width: NARROWpx) {
+  .iteragpu-report figure svg.wide { display: none; }
+  .iteragpu-report figure svg.narrow { display: block; }
+}
 .iteragpu-report .scroll { max-width: 100%; overflow-x: auto; margin: 8px 0; }
 .iteragpu-report table { border-collapse: collapse; font-size: 0.85em; }
 .iteragpu-report th, .iteragpu-report td { border: 1px solid #ddd; padding: 3px 7px; text-align: left; vertical-align: top; }
@@ -61,6 +67,16 @@ const STYLE: &str = "
 .iteragpu-report th { background: #f4f4f4; }
 .iteragpu-report .badge { display: inline-block; background: #fff3cd; border: 1px solid #e0c36a; border-radius: 4px; padding: 2px 6px; font-size: 0.85em; }
 .iteragpu-report .bad { color: #a4000f; font-weight: 600; }
+.iteragpu-report .warn { color: #7a4100; font-weight: 600; }
+.iteragpu-report .verdict { margin: 0 0 12px; }
+.iteragpu-report .verdict.bad { border: 2px solid #a4000f; background: #fff1f1; color: #1a1a1a; font-weight: normal; }
+.iteragpu-report .verdict.warn { border: 2px solid #c98a00; background: #fff8e1; color: #1a1a1a; font-weight: normal; }
+.iteragpu-report .verdict.ok { border-left: 6px solid #2e7d32; }
+.iteragpu-report .verdict .headline { font-size: 1.1em; margin: 4px 0; overflow-wrap: anywhere; }
+.iteragpu-report .verdict ul { margin: 4px 0; padding-left: 1.2em; }
+.iteragpu-report .verdict li.bad, .iteragpu-report .verdict li.warn { font-weight: normal; }
+.iteragpu-report td.bad { background: #fff1f1; }
+.iteragpu-report td.warn { background: #fff8e1; }
 .iteragpu-report dl { display: grid; grid-template-columns: minmax(6em, max-content) minmax(0, 1fr); gap: 2px 12px; font-size: 0.88em; margin: 6px 0; }
 .iteragpu-report dt { color: #555; }
 .iteragpu-report dd { margin: 0; overflow-wrap: anywhere; }
@@ -78,12 +94,17 @@ const STYLE: &str = "
 
 /// Renders the page.
 pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
-    let mut body = String::new();
-    let _ = write!(
+    let mut body = String::from("<h1>IteraGPU Lab report</h1>\n");
+    // The verdicts come first, the failing ones first of all: before the page's own line and
+    // before any chart.
+    if !inputs.verdicts.is_empty() {
+        verdict_section(&mut body, inputs);
+    }
+    let _ = writeln!(
         body,
-        "<h1>IteraGPU Lab report</h1>\n<p class=\"meta\">{} run(s) and {} sweep(s){}{}; written by {} at {}. \
+        "<p class=\"meta\">{} run(s) and {} sweep(s){}{}; written by {} at {}. \
          Bytes use binary prefixes (KiB = 2<sup>10</sup>, MiB = 2<sup>20</sup>, GiB = 2<sup>30</sup> bytes); \
-         <code>allocated</code> is part of <code>reserved</code>: never add them.</p>\n",
+         <code>allocated</code> is part of <code>reserved</code>: never add them.</p>",
         inputs.runs.len(),
         inputs.sweeps.len(),
         if inputs.probes.is_empty() {
@@ -99,22 +120,8 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         escape(&meta.tool),
         escape(&meta.generated_utc)
     );
-    if !inputs.verdicts.is_empty() {
-        body.push_str("<section id=\"verdict\">\n<h2>Verdict</h2>\n");
-        for v in &inputs.verdicts {
-            let _ = write!(
-                body,
-                "<article class=\"card verdict\" data-ok=\"{}\">\n<h3>{}</h3>\n<p><strong>{}</strong></p>\n<ul>\n",
-                v.ok,
-                escape(&v.label),
-                escape(&v.headline)
-            );
-            for line in &v.lines {
-                let _ = writeln!(body, "<li>{}</li>", escape(line));
-            }
-            body.push_str("</ul>\n</article>\n");
-        }
-        body.push_str("</section>\n");
+    if inputs.money.iter().any(|m| m.fit.is_some()) {
+        fit_section(&mut body, &inputs.money);
     }
     if !inputs.sweeps.is_empty() {
         body.push_str("<section id=\"sweeps\">\n<h2>Sweeps</h2>\n");
@@ -164,17 +171,336 @@ pub fn render(inputs: &Inputs, meta: &Meta) -> Result<String, ReportError> {
         }
         body.push_str("</div>\n</section>\n");
     }
-    if !inputs.money.is_empty() {
+    if inputs.money.iter().any(|m| m.kind != MoneyKind::Fit) {
         money_section(&mut body, &inputs.money);
     }
     environment_table(&mut body, inputs);
+    let style = STYLE.replace("NARROW", &charts::NARROW_BELOW.to_string());
     Ok(format!(
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
          <meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">\n\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
-         <title>IteraGPU Lab report</title>\n<style>{STYLE}</style>\n</head>\n<body>\n\
+         <title>IteraGPU Lab report</title>\n<style>{style}</style>\n</head>\n<body>\n\
          <div class=\"iteragpu-report\">\n{body}</div>\n</body>\n</html>\n"
     ))
+}
+
+/// The verdicts, the failing ones first, then the doubtful ones: each a card in its colour with
+/// its headline and its lines (failing lines first).
+fn verdict_section(out: &mut String, inputs: &Inputs) {
+    let mut verdicts: Vec<_> = inputs.verdicts.iter().collect();
+    verdicts.sort_by_key(|v| v.standing);
+    out.push_str("<section id=\"verdict\">\n<h2>Verdict</h2>\n");
+    for v in verdicts {
+        let _ = write!(
+            out,
+            "<article class=\"card verdict {}\" data-standing=\"{}\" data-ok=\"{}\">\n<p class=\"headline {}\"><strong>{}</strong></p>\n<p class=\"note\">{}</p>\n",
+            v.standing.class(),
+            v.standing.class(),
+            v.standing == Standing::Ok,
+            v.standing.class(),
+            escape(&v.headline),
+            escape(&v.label)
+        );
+        if !v.lines.is_empty() {
+            let mut lines: Vec<_> = v.lines.iter().collect();
+            lines.sort_by_key(|l| l.0);
+            out.push_str("<ul>\n");
+            for (standing, line) in lines {
+                let class = match standing {
+                    Standing::Ok => String::new(),
+                    s => format!(" class=\"{}\"", s.class()),
+                };
+                let _ = writeln!(out, "<li{class}>{}</li>", escape(line));
+            }
+            out.push_str("</ul>\n");
+        }
+        out.push_str("</article>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+/// At most this many rows of a fit document in its tables: the document's order puts the
+/// fitting rows first, cheapest first; the rest are in the document.
+const FIT_ROWS: usize = 24;
+
+const FIT_COLUMNS: [&str; 10] = [
+    "package",
+    "fits",
+    "headroom per GPU",
+    "largest context",
+    "largest batch",
+    "decode ceiling",
+    "price per Mtok",
+    "price",
+    "per GPU-day",
+    "why",
+];
+
+const BUDGET_COLUMNS: [&str; 12] = [
+    "package",
+    "engine",
+    "total memory",
+    "fraction",
+    "budget",
+    "weights",
+    "activation peak",
+    "non-torch",
+    "KV cache pool",
+    "KV tokens",
+    "CUDA graphs",
+    "margin",
+];
+
+/// Bytes as GiB with two decimals, negative ones too.
+fn gib(b: i128) -> String {
+    format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30))
+}
+
+/// An estimated term: its figure and its range.
+fn term(t: Option<&fit::Term>) -> String {
+    match t {
+        Some(fit::Term {
+            bytes: Some(b),
+            low_bytes,
+            high_bytes,
+        }) => match (low_bytes, high_bytes) {
+            (Some(l), Some(h)) => format!(
+                "{} ({:.2} to {:.2})",
+                gib(i128::from(*b)),
+                *l as f64 / f64::from(1u32 << 30),
+                *h as f64 / f64::from(1u32 << 30)
+            ),
+            _ => gib(i128::from(*b)),
+        },
+        _ => "-".to_string(),
+    }
+}
+
+/// Each fit document: what it assumed, its decision table (fits, tight or does not fit, the
+/// headroom, the largest context and batch, the decode ceiling, the price per million tokens
+/// and the package's price) and the serving engine's budget per GPU, term by term.
+fn fit_section(out: &mut String, money: &[Money]) {
+    out.push_str("<section id=\"fit\">\n<h2>Will it fit?</h2>\n<p class=\"note\">From <code>iteragpu fit --json</code>: each package, whether the model fits on it (<span class=\"warn\">tight</span>: it fits with little to spare, or an estimate's high end would tip it over; <span class=\"bad\">does not fit</span>: it does not), with the largest context and batch it holds and the decode ceiling, a roofline bound (never a prediction: a real engine runs slower), and its price per million decoded tokens at that ceiling (a floor on the cost).</p>\n");
+    for m in money {
+        let Some(d) = &m.fit else { continue };
+        let _ = writeln!(
+            out,
+            "<article class=\"card fit\" data-money=\"fit\">\n<h3>{}</h3>",
+            escape(&m.label)
+        );
+        fit_facts(out, d);
+        table_head(out, "fit", &FIT_COLUMNS);
+        for r in d.options.iter().take(FIT_ROWS) {
+            fit_row(out, r);
+        }
+        out.push_str("</table>\n</div>\n");
+        if d.options.len() > FIT_ROWS {
+            let _ = writeln!(
+                out,
+                "<p class=\"note\" data-summary=\"fit\">{FIT_ROWS} of the document's {} rows shown, in its order (fitting rows first); every row is in the document.</p>",
+                d.options.len()
+            );
+        }
+        let shown: Vec<_> = d.options.iter().take(FIT_ROWS).collect();
+        if shown.iter().any(|r| r.budget.is_some()) {
+            out.push_str("<h4>The engine's budget per GPU</h4>\n<p class=\"note\">On the busiest GPU of each package, as the engine budgets it at start-up: the total memory times the fraction it may use, minus the weights and the terms it subtracts, leaves the KV cache pool; estimated terms show their range. A negative pool: the engine does not start.</p>\n");
+            table_head(out, "budget", &BUDGET_COLUMNS);
+            for r in shown.iter().filter(|r| r.budget.is_some()) {
+                budget_row(out, r);
+            }
+            out.push_str("</table>\n</div>\n");
+        } else {
+            out.push_str("<p class=\"note\">No engine budget in this document (<code>--serve none</code>, or no model geometry): each package's need is the raw figure against its usable memory minus the flat reserve.</p>\n");
+        }
+        out.push_str("</article>\n");
+    }
+    out.push_str("</section>\n");
+}
+
+/// What a fit assumed, as labelled facts.
+fn fit_facts(out: &mut String, d: &FitDocument) {
+    let a = &d.assumptions;
+    let scalar_of = |v: &Option<Value>| v.as_ref().map_or("-".to_string(), scalar);
+    let engine = a.engine.as_ref();
+    let engine_opt = |k: &str| {
+        engine
+            .and_then(|e| e.get(k))
+            .filter(|v| !v.is_null())
+            .map(scalar)
+    };
+    let serve = match a.serve.as_deref() {
+        Some("none") | None => format!(
+            "none: usable memory minus a flat reserve of {} GiB per GPU; tight under {} GiB of headroom",
+            scalar_of(&a.reserve_gib_per_gpu),
+            scalar_of(&a.tight_headroom_gib)
+        ),
+        Some(name) => {
+            let mut s = name.to_string();
+            for (k, flag) in [
+                ("gpu_memory_utilization", "--gpu-memory-utilization"),
+                ("mem_fraction_static", "--mem-fraction-static"),
+                ("max_num_seqs", "--max-num-seqs"),
+                ("max_num_batched_tokens", "--max-num-batched-tokens"),
+                ("kv_cache_dtype", "--kv-cache-dtype"),
+            ] {
+                if let Some(v) = engine_opt(k) {
+                    let _ = write!(s, " {flag} {v}");
+                }
+            }
+            let share = engine
+                .and_then(|e| e.get("tight_share"))
+                .and_then(|v| match v {
+                    Value::String(t) => t.parse::<f64>().ok(),
+                    other => other.as_f64(),
+                })
+                .map(|t| format!("{}%", number(t * 100.0, 0)));
+            if let Some(t) = share {
+                let _ = write!(
+                    s,
+                    "; tight when the KV pool to spare is under {t} of the card or an estimate's high end would not fit"
+                );
+            }
+            s
+        }
+    };
+    let items = [
+        ("model", d.model.clone()),
+        (
+            "parameters",
+            d.parameters.map_or("-".to_string(), |p| p.to_string()),
+        ),
+        (
+            "model memory",
+            d.estimate.total_bytes.map_or("-".to_string(), bytes),
+        ),
+        (
+            "workload",
+            match a.context {
+                Some(c) => format!(
+                    "{c} tokens x {} sequence(s)",
+                    a.batch.map_or("?".to_string(), |b| b.to_string())
+                ),
+                None => "weights only (no --context)".to_string(),
+            },
+        ),
+        ("serving engine", serve),
+    ];
+    out.push_str("<dl>\n");
+    for (k, v) in items {
+        let _ = writeln!(out, "<dt>{k}</dt><dd>{}</dd>", escape(&v));
+    }
+    out.push_str("</dl>\n");
+}
+
+/// One row of the decision table: its standing in words and in colour, never a bare number.
+fn fit_row(out: &mut String, r: &fit::FitRow) {
+    let standing = RowStanding::of(r);
+    let class = standing.class();
+    let currency = r.currency.as_deref().unwrap_or("?");
+    let mark = if r.example { " (example price)" } else { "" };
+    let c = r.ceilings.as_ref();
+    let headroom_class = match standing {
+        RowStanding::Fits => "num",
+        RowStanding::Tight | RowStanding::Unknown => "num warn",
+        RowStanding::DoesNotFit => "num bad",
+    };
+    let context = match (r.largest_context, r.largest_context_limit.as_deref()) {
+        (Some(t), Some("max-position-embeddings")) => format!("{t} (the model's cap)"),
+        (Some(t), _) => t.to_string(),
+        (None, Some("unbounded")) => "any".to_string(),
+        _ => "-".to_string(),
+    };
+    table_row(
+        out,
+        &FIT_COLUMNS,
+        &[
+            ("", escape(&fit::package(r))),
+            (class, standing.words().to_string()),
+            (
+                headroom_class,
+                r.headroom_bytes
+                    .map_or("-".to_string(), |h| gib(i128::from(h))),
+            ),
+            ("num", context),
+            (
+                "num",
+                r.largest_batch.map_or("-".to_string(), |b| b.to_string()),
+            ),
+            (
+                "num",
+                c.and_then(|c| c.decode_tokens_per_s)
+                    .map_or("-".to_string(), |t| {
+                        format!("{} tok/s at most", number(t, 1))
+                    }),
+            ),
+            (
+                "num",
+                c.and_then(|c| c.decode_price_per_mtok_cents.as_ref())
+                    .and_then(|v| decimal_cents(v, currency, 4))
+                    .map_or("-".to_string(), |p| escape(&format!("{p}{mark} at least"))),
+            ),
+            (
+                "num",
+                r.total_price_cents.map_or("-".to_string(), |p| {
+                    escape(&format!("{}{mark}", cents(p, currency)))
+                }),
+            ),
+            (
+                "num",
+                r.price_per_gpu_day_cents
+                    .as_ref()
+                    .and_then(|v| decimal_cents(v, currency, 2))
+                    .map_or("-".to_string(), |p| escape(&format!("{p}{mark}"))),
+            ),
+            (
+                if standing == RowStanding::Fits {
+                    ""
+                } else {
+                    class
+                },
+                escape(fit::why(r).unwrap_or("-")),
+            ),
+        ],
+    );
+}
+
+/// One row of the budget table.
+fn budget_row(out: &mut String, r: &fit::FitRow) {
+    let Some(b) = &r.budget else { return };
+    let g = |v: Option<u64>| v.map_or("-".to_string(), |v| gib(i128::from(v)));
+    let pool_class = match b.kv_pool_bytes {
+        Some(p) if p < 0 => "num bad",
+        _ => "num",
+    };
+    table_row(
+        out,
+        &BUDGET_COLUMNS,
+        &[
+            ("", escape(&fit::package(r))),
+            ("", escape(b.serve.as_deref().unwrap_or("-"))),
+            ("num", g(b.total_bytes)),
+            (
+                "num",
+                escape(&b.fraction.as_ref().map_or("-".to_string(), scalar)),
+            ),
+            ("num", g(b.budget_bytes)),
+            ("num", g(b.weights_bytes)),
+            ("num", term(b.activation_peak.as_ref())),
+            ("num", term(b.non_torch.as_ref())),
+            (
+                pool_class,
+                b.kv_pool_bytes
+                    .map_or("-".to_string(), |p| gib(i128::from(p))),
+            ),
+            (
+                "num",
+                b.kv_tokens.map_or("-".to_string(), |t| t.to_string()),
+            ),
+            ("num", term(b.cuda_graphs.as_ref())),
+            ("num", g(b.margin_bytes)),
+        ],
+    );
 }
 
 fn figure(out: &mut String, kind: &str, caption: &str, svg: &str) {
@@ -1153,25 +1479,14 @@ fn mismatches(out: &mut String, doc: &Value) {
 /// What the reader pays: each price, fit and ledger document as a table of packages, their
 /// prices and the price per accepted result where the document knows the accepted results.
 fn money_section(out: &mut String, money: &[Money]) {
-    out.push_str("<section id=\"cost\">\n<h2>Cost</h2>\n<p class=\"note\">Packages and their prices from <code>iteragpu price</code>, <code>fit</code> and <code>cost</code> documents. The price per accepted result is the package's whole price over the results the protocol accepted (a ledger), or over the results a price was asked for (<code>price --accepted-results</code>); a fit knows no results, only the price.</p>\n");
-    for m in money {
+    out.push_str("<section id=\"cost\">\n<h2>Cost</h2>\n<p class=\"note\">Packages and their prices from <code>iteragpu price</code> and <code>cost</code> documents (a <code>fit</code> document's prices are in its decision table above). The price per accepted result is the package's whole price over the results the protocol accepted (a ledger), or over the results a price was asked for (<code>price --accepted-results</code>).</p>\n");
+    for m in money.iter().filter(|m| m.kind != MoneyKind::Fit) {
         let doc = &m.doc;
         let str_of = |k: &str| doc.get(k).and_then(Value::as_str).unwrap_or("-");
         let (title, note) = match m.kind {
             MoneyKind::Price => ("price", format!("catalogue {}", str_of("catalogue"))),
-            MoneyKind::Fit => (
-                "fit",
-                format!(
-                    "model {}: {} parameters, {} needed; catalogue {}",
-                    str_of("model"),
-                    doc.get("parameters").and_then(Value::as_u64).unwrap_or(0),
-                    doc.get("estimate")
-                        .and_then(|e| e.get("total_bytes"))
-                        .and_then(Value::as_u64)
-                        .map_or("-".to_string(), bytes),
-                    str_of("catalogue")
-                ),
-            ),
+            // Fit documents have their own section; none reaches here.
+            MoneyKind::Fit => ("fit", String::new()),
             MoneyKind::Ledger => (
                 "ledger",
                 format!(
@@ -1198,25 +1513,7 @@ fn money_section(out: &mut String, money: &[Money]) {
                     .then_some("not asked (price --accepted-results N)");
                 money_row(out, doc, accepted, doc.get("unit_price_cents"), why);
             }
-            MoneyKind::Fit => {
-                let options = doc.get("options").and_then(Value::as_array);
-                for o in options.into_iter().flatten() {
-                    if o.get("fits").and_then(Value::as_bool) == Some(false) {
-                        continue;
-                    }
-                    let per_day = o
-                        .get("price_per_gpu_day_cents")
-                        .and_then(|v| {
-                            decimal_cents(
-                                v,
-                                o.get("currency").and_then(Value::as_str).unwrap_or("?"),
-                                2,
-                            )
-                        })
-                        .map(|p| format!("no results to divide by; {p} per GPU-day"));
-                    money_row(out, o, None, None, per_day.as_deref());
-                }
-            }
+            MoneyKind::Fit => {}
             MoneyKind::Ledger => {
                 let rentals = doc.get("rentals").and_then(Value::as_array);
                 for r in rentals.into_iter().flatten() {
@@ -1480,6 +1777,47 @@ mod tests {
         assert!(page.starts_with("<!DOCTYPE html>") && page.ends_with("</html>\n"));
         assert!(page.contains(CSP) && page.contains("iteragpu &lt;test&gt;"));
         assert!(!page.contains("<figure"));
+    }
+
+    #[test]
+    fn a_failing_verdict_is_first_marked_and_before_the_page_line() {
+        let verdict = |label: &str, standing, lines: Vec<(Standing, String)>| crate::Verdict {
+            label: label.into(),
+            standing,
+            headline: format!("{label} says so"),
+            lines,
+        };
+        let inputs = Inputs {
+            verdicts: vec![
+                verdict("yes", Standing::Ok, vec![]),
+                verdict("tight", Standing::Warns, vec![]),
+                verdict(
+                    "no",
+                    Standing::Fails,
+                    vec![
+                        (Standing::Warns, "not checked: x".into()),
+                        (Standing::Fails, "FAIL y".into()),
+                    ],
+                ),
+            ],
+            ..Inputs::default()
+        };
+        let meta = Meta {
+            tool: "t".into(),
+            generated_utc: "now".into(),
+        };
+        let page = render(&inputs, &meta).unwrap();
+        let at = |s: &str| page.find(s).unwrap_or_else(|| panic!("{s} not in {page}"));
+        assert!(at("<h1>") < at("<section id=\"verdict\">"));
+        assert!(at("<section id=\"verdict\">") < at("<p class=\"meta\">"));
+        let no = at(
+            "<article class=\"card verdict bad\" data-standing=\"bad\" data-ok=\"false\">\n<p class=\"headline bad\"><strong>no says so",
+        );
+        let tight = at("<p class=\"headline warn\"><strong>tight says so");
+        let yes = at("<p class=\"headline ok\"><strong>yes says so");
+        assert!(no < tight && tight < yes);
+        // The failing line before the doubtful one, each in its class.
+        assert!(at("<li class=\"bad\">FAIL y</li>") < at("<li class=\"warn\">not checked: x</li>"));
     }
 
     #[test]

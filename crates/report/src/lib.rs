@@ -15,9 +15,11 @@
 #![deny(missing_docs)]
 
 mod charts;
+mod fit;
 mod html;
 mod load;
 mod units;
 
+pub use fit::{FitDocument, FitRow, RowStanding};
 pub use html::{Meta, escape, render};
-pub use load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Sweep, Verdict, load};
+pub use load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Standing, Sweep, Verdict, load};

@@ -131,6 +131,8 @@ pub struct Money {
     pub kind: MoneyKind,
     /// The document.
     pub doc: serde_json::Value,
+    /// A fit document's rows and assumptions, as the decision table reads them.
+    pub fit: Option<crate::fit::FitDocument>,
 }
 
 /// Everything the page shows.
@@ -144,21 +146,47 @@ pub struct Inputs {
     pub probes: Vec<Probe>,
     /// Price, fit and ledger documents, in the order given.
     pub money: Vec<Money>,
-    /// Verdicts the page leads with (a fleet's `fleet check`), in the order given.
+    /// Verdicts the page leads with (a fit document's, a fleet's `fleet check`); the page shows
+    /// the failing ones first.
     pub verdicts: Vec<Verdict>,
 }
 
-/// A verdict the page leads with: one headline and its findings, each one line.
+/// How a verdict, or one of its lines, stands: the page marks the failing ones and the doubtful
+/// ones in their colours, and puts them first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Standing {
+    /// It says no: FAILED, does not fit.
+    Fails,
+    /// Not a clear yes: tight, warnings, not known.
+    Warns,
+    /// It says yes.
+    #[default]
+    Ok,
+}
+
+impl Standing {
+    /// The page's class for it.
+    pub fn class(self) -> &'static str {
+        match self {
+            Standing::Fails => "bad",
+            Standing::Warns => "warn",
+            Standing::Ok => "ok",
+        }
+    }
+}
+
+/// A verdict the page leads with (a fleet's `fleet check`, a fit's decision): one headline and
+/// its findings, each one line.
 #[derive(Debug, Clone, Default)]
 pub struct Verdict {
-    /// What was judged (the fleet's folder).
+    /// What was judged (the fleet's folder, the fit document).
     pub label: String,
-    /// Whether it passed.
-    pub ok: bool,
+    /// How it stands.
+    pub standing: Standing,
     /// The verdict line.
     pub headline: String,
-    /// The findings and what was not checked, failing ones first.
-    pub lines: Vec<String>,
+    /// The findings and what was not checked, each with how it stands.
+    pub lines: Vec<(Standing, String)>,
 }
 
 /// A document of any kind the report reads.
@@ -326,7 +354,26 @@ fn add(inputs: &mut Inputs, path: &Path, budget: &mut Budget) -> Result<(), Repo
     match any_document(path, budget)? {
         Document::Measurement(doc) => inputs.runs.push(Run { label, doc: *doc }),
         Document::Probe(doc) => inputs.probes.push(Probe { label, doc: *doc }),
-        Document::Money(kind, doc) => inputs.money.push(Money { label, kind, doc }),
+        Document::Money(kind, doc) => {
+            let fit = match kind {
+                MoneyKind::Fit => {
+                    let fit: crate::fit::FitDocument = serde_json::from_value(doc.clone())
+                        .map_err(|e| ReportError::NotADocument {
+                            path: path.to_path_buf(),
+                            why: format!("a fit document whose rows do not read: {e}"),
+                        })?;
+                    inputs.verdicts.push(crate::fit::verdict(&label, &fit));
+                    Some(fit)
+                }
+                MoneyKind::Price | MoneyKind::Ledger => None,
+            };
+            inputs.money.push(Money {
+                label,
+                kind,
+                doc,
+                fit,
+            });
+        }
     }
     Ok(())
 }

@@ -24,9 +24,12 @@ Examples:
 
 The page stands alone: inline SVG charts and styles, no script, no fonts, no network (a
 Content-Security-Policy forbids every fetch). Runs side by side share their axes. A probe
-document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. The JSON of
-`iteragpu price`, `fit` and `cost` (--json) adds a cost section: each package, its price and
-the price per accepted result. A sweep's
+document (`iteragpu probe`) is drawn as per-GPU bars against the datasheet line. The page
+leads with the verdicts, failing ones first: a fleet's folder its `fleet check` verdict, a
+`fit --json` document whether any package fits (then its decision table: fits, tight or does
+not fit, headroom, largest context and batch, decode ceiling, price per Mtok, the engine's
+budget per GPU). The JSON of `iteragpu price` and `cost` (--json) adds a cost section: each
+package, its price and the price per accepted result. A sweep's
 documents are read only by the plain file names its summary.csv gives, inside its folder; each
 document is read within 16 MiB and all inputs together within 64 MiB.")]
 pub struct Args {
@@ -64,7 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         other => anyhow::Error::new(other),
     })?;
     let mut inputs = inputs;
-    inputs.verdicts = fleet_verdicts(&args.inputs);
+    inputs.verdicts.extend(fleet_verdicts(&args.inputs));
     let meta = Meta {
         tool: format!("iteragpu {}", env!("CARGO_PKG_VERSION")),
         generated_utc: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
@@ -126,31 +129,55 @@ fn fleet_verdicts(paths: &[PathBuf]) -> Vec<report::Verdict> {
     paths
         .iter()
         .filter(|p| p.is_dir() && is_fleet(p))
-        .filter_map(|p| {
-            let v = fleet::check::check(p, &fleet::check::CheckOptions::default()).ok()?;
-            let mut lines: Vec<String> = v
+        .map(|p| {
+            let v = match fleet::check::check(p, &fleet::check::CheckOptions::default()) {
+                Ok(v) => v,
+                // A fleet the check cannot read has no verdict: the page says so rather than
+                // leave the verdict out.
+                Err(e) => {
+                    return report::Verdict {
+                        label: p.display().to_string(),
+                        standing: report::Standing::Warns,
+                        headline: "verdict: not checked: `fleet check` could not read this \
+                                   folder"
+                            .to_string(),
+                        lines: vec![(report::Standing::Warns, e.to_string())],
+                    };
+                }
+            };
+            let mut lines: Vec<(report::Standing, String)> = v
                 .findings
                 .iter()
                 .map(|f| {
-                    format!(
-                        "{} {}: {} (why: {})",
-                        match f.effect {
-                            fleet::check::Effect::Fails => "FAIL",
-                            fleet::check::Effect::Warns => "warn",
-                        },
-                        f.code,
-                        f.message,
-                        f.why
+                    let (standing, word) = match f.effect {
+                        fleet::check::Effect::Fails => (report::Standing::Fails, "FAIL"),
+                        fleet::check::Effect::Warns => (report::Standing::Warns, "warn"),
+                    };
+                    (
+                        standing,
+                        format!("{word} {}: {} (why: {})", f.code, f.message, f.why),
                     )
                 })
                 .collect();
-            lines.extend(v.not_checked.iter().map(|n| format!("not checked: {n}")));
-            Some(report::Verdict {
+            lines.extend(
+                v.not_checked
+                    .iter()
+                    .map(|n| (report::Standing::Warns, format!("not checked: {n}"))),
+            );
+            let warned = v
+                .findings
+                .iter()
+                .any(|f| f.effect == fleet::check::Effect::Warns);
+            report::Verdict {
                 label: p.display().to_string(),
-                ok: v.ok,
+                standing: match (v.ok, warned) {
+                    (false, _) => report::Standing::Fails,
+                    (true, true) => report::Standing::Warns,
+                    (true, false) => report::Standing::Ok,
+                },
                 headline: fleet::check::verdict_line(&v),
                 lines,
-            })
+            }
         })
         .collect()
 }

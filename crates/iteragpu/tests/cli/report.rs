@@ -82,7 +82,9 @@ fn the_report_is_one_self_contained_page_with_every_chart() {
         (&Value::from(3), &Value::from(1), &Value::from(9))
     );
     let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
-    assert_eq!(html.matches("<svg").count(), 9);
+    // Each chart drawn twice: for a frame of 500 px or more, and narrow for a phone.
+    assert_eq!(html.matches("<svg class=\"wide\"").count(), 9);
+    assert_eq!(html.matches("<svg class=\"narrow\"").count(), 9);
     // The two small runs share a memory scale; the large one has its own.
     assert!(html.contains("Same memory scale as b.json."));
     assert!(html.contains("Same memory scale as a.json."));
@@ -859,7 +861,17 @@ window.addEventListener('load', () => {
     if (f && (box.right > vw + 0.5 || box.left < -0.5))
       problems.push('a scrolling frame off the page: ' + name(f));
   }
+  let svg_shown = 0;
   for (const svg of document.querySelectorAll('svg')) {
+    // Every chart is drawn twice (wide and narrow); the style shows the one its frame fits.
+    if (svg.getClientRects().length === 0) continue;
+    svg_shown++;
+    const c = svg.getBoundingClientRect();
+    if (c.left < -0.5 || c.right > vw + 0.5)
+      problems.push('a chart wider than the page (' + c.left + '..' + c.right + ' of ' + vw + '): ' + svg.getAttribute('class'));
+    const fig = svg.closest('figure');
+    if (fig && fig.scrollWidth > fig.clientWidth + 0.5)
+      problems.push('a chart cut off in its frame (' + fig.scrollWidth + ' > ' + fig.clientWidth + '): ' + fig.dataset.chart);
     const vb = svg.viewBox.baseVal;
     const w = vb && vb.width ? vb.width : svg.width.baseVal.value;
     const h = vb && vb.height ? vb.height : svg.height.baseVal.value;
@@ -880,9 +892,11 @@ window.addEventListener('load', () => {
   const root = document.querySelector('.iteragpu-report');
   if (root.scrollWidth > root.clientWidth + 0.5 || root.getBoundingClientRect().right > vw + 0.5)
     problems.push('the page scrolls sideways: ' + root.scrollWidth + ' > ' + root.clientWidth);
+  if (document.body.scrollWidth > document.body.clientWidth + 0.5 || document.body.clientWidth > vw + 0.5)
+    problems.push('the body scrolls sideways: ' + document.body.scrollWidth + ' > ' + document.body.clientWidth);
   const pre = document.createElement('pre');
   pre.id = 'iteragpu-layout';
-  pre.textContent = JSON.stringify({ viewport: vw, html_texts, svg_texts, smallest, problems });
+  pre.textContent = JSON.stringify({ viewport: vw, html_texts, svg_texts, svg_shown, smallest, problems });
   document.body.appendChild(pre);
 });
 </script>"#;
@@ -1059,4 +1073,374 @@ fn native_and_torch_runs_of_one_configuration_are_side_by_side() {
         .success();
     let alone = std::fs::read_to_string(dir.path().join("alone.html")).unwrap();
     assert!(!alone.contains("<section id=\"engines\">"));
+}
+
+/// Added to a copy of the page: at the window's width, the order of the page's parts, each
+/// verdict card (its standing, headline, colours and lines), every chart shown (which drawing,
+/// where), and the decision table's `fits` cells.
+const VERDICT: &str = r#"<script>
+window.addEventListener('load', () => {
+  const target = WIDTH;
+  if (document.documentElement.clientWidth > target) document.documentElement.style.width = target + 'px';
+  const vw = Math.min(target, document.documentElement.clientWidth);
+  const report = document.querySelector('.iteragpu-report');
+  const order = [...report.children].map(e => e.id || e.tagName.toLowerCase());
+  const cards = [...document.querySelectorAll('#verdict .verdict')].map(v => {
+    const h = v.querySelector('.headline');
+    const r = h.getBoundingClientRect();
+    return {
+      standing: v.dataset.standing, headline: h.textContent.trim(), top: r.top, bottom: r.bottom,
+      color: getComputedStyle(h).color, border: getComputedStyle(v).borderTopColor,
+      lines: [...v.querySelectorAll('li')].map(l => ({ class: l.className, text: l.textContent.trim() })),
+    };
+  });
+  const charts = [...document.querySelectorAll('svg')].filter(s => s.getClientRects().length > 0).map(s => {
+    const r = s.getBoundingClientRect();
+    const f = s.closest('figure');
+    return { drawing: s.getAttribute('class'), top: r.top, left: r.left, right: r.right,
+             frame_scroll: f.scrollWidth - f.clientWidth };
+  });
+  const fits = [...document.querySelectorAll('td[data-label="fits"]')].map(td =>
+    ({ text: td.textContent.trim(), class: td.className, color: getComputedStyle(td).color }));
+  const pre = document.createElement('pre');
+  pre.id = 'iteragpu-verdict';
+  pre.textContent = JSON.stringify({ viewport: vw, body_scroll: document.body.scrollWidth,
+    body_client: document.body.clientWidth, order, cards, charts, fits });
+  document.body.appendChild(pre);
+});
+</script>"#;
+
+/// The red of `.bad` and the amber of a `.warn` verdict's border, as Chromium computes them.
+const RED: &str = "rgb(164, 0, 15)";
+
+/// The page as Chromium lays it out at 390 and 1400 px (see [`VERDICT`]), or `None` without
+/// Chromium (then the test has checked the HTML only).
+fn verdict_layouts(dir: &Path, page: &Path, test: &str) -> Option<Vec<(u32, Value)>> {
+    let Some(browser) = chromium() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but no Chromium was found: .ci/run installs Debian's `chromium`");
+        }
+        eprintln!(
+            "SKIPPED the browser part of {test}: no chromium on the PATH (apt-get install \
+             chromium, or set CHROMIUM); CI always runs it"
+        );
+        return None;
+    };
+    let html = std::fs::read_to_string(page).unwrap();
+    let mut out = Vec::new();
+    for width in WIDTHS {
+        let probed = dir.join(format!("{test}-{width}.html"));
+        std::fs::write(
+            &probed,
+            with_script(&html, &VERDICT.replace("WIDTH", &width.to_string())),
+        )
+        .unwrap();
+        let profile = tempfile::tempdir().unwrap();
+        let (dom, log) = headless(
+            &browser,
+            profile.path(),
+            &[
+                "--dump-dom".into(),
+                "--virtual-time-budget=5000".into(),
+                format!("--window-size={width},2000"),
+            ],
+            &probed,
+        );
+        out.push((width, dumped(&dom, "iteragpu-verdict", &log)));
+    }
+    Some(out)
+}
+
+/// At `width`: the title, then the verdicts; the first verdict stands as `standing`, says
+/// `headline` first, is on the first screen of a phone (844 px) and above every chart; no chart
+/// is wider than the page or cut off in its frame, and a phone shows the narrow drawings.
+fn leads_with(width: u32, v: &Value, standing: &str, headline: &str) {
+    assert_eq!(v["viewport"], width, "{v}");
+    let order: Vec<&str> = v["order"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o.as_str().unwrap())
+        .collect();
+    assert_eq!(order[..2], ["h1", "verdict"], "at {width} px: {order:?}");
+    let first = &v["cards"][0];
+    assert_eq!(first["standing"], standing, "at {width} px: {first}");
+    assert!(
+        first["headline"].as_str().unwrap().starts_with(headline),
+        "at {width} px: {first}"
+    );
+    assert!(
+        first["bottom"].as_f64().unwrap() <= 844.0,
+        "the verdict is not on the first screen at {width} px: {first}"
+    );
+    if standing == "bad" {
+        assert_eq!(first["color"], RED, "at {width} px: {first}");
+        assert_eq!(first["border"], RED, "at {width} px: {first}");
+    }
+    assert!(
+        v["body_scroll"].as_f64().unwrap() <= v["body_client"].as_f64().unwrap(),
+        "the page scrolls sideways at {width} px: {v}"
+    );
+    for c in v["charts"].as_array().unwrap() {
+        let px = |k: &str| c[k].as_f64().unwrap();
+        assert!(
+            px("top") > first["bottom"].as_f64().unwrap(),
+            "a chart above the verdict at {width} px: {c}"
+        );
+        assert!(
+            px("left") >= 0.0 && px("right") <= f64::from(width),
+            "a chart wider than the page at {width} px: {c}"
+        );
+        assert!(
+            px("frame_scroll") <= 0.0,
+            "a chart cut off at {width} px: {c}"
+        );
+        let drawing = if width < 500 { "narrow" } else { "wide" };
+        assert_eq!(c["drawing"], drawing, "at {width} px: {c}");
+    }
+}
+
+/// A small real measurement of the CPU reference device: its two charts are on the page, so
+/// that the verdict must come before them.
+fn small_run(dir: &Path) {
+    iteragpu()
+        .current_dir(dir)
+        .args([
+            "measure",
+            "--device",
+            "cpu",
+            "--batch",
+            "1",
+            "--context",
+            "8",
+        ])
+        .args(["--width", "32", "--repeats", "2", "--output", "run.json"])
+        .assert()
+        .success();
+}
+
+fn fit_json(dir: &Path, file: &str, args: &[&str]) {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/models/llama-3.1-8b");
+    let out = iteragpu()
+        .current_dir(dir)
+        .args([
+            "fit",
+            "--model",
+            model.to_str().unwrap(),
+            "--days",
+            "7",
+            "--json",
+        ])
+        .args(args)
+        .assert()
+        .success()
+        .get_output()
+        .stdout
+        .clone();
+    std::fs::write(dir.join(file), out).unwrap();
+}
+
+#[test]
+fn a_fit_that_no_package_holds_says_so_first_at_390_and_1400_px() {
+    let dir = tempfile::tempdir().unwrap();
+    small_run(dir.path());
+    // 64 sequences of 131072 tokens: about 1 TiB of KV cache, on at most 2 GPUs.
+    fit_json(
+        dir.path(),
+        "nofit.json",
+        &["--context", "131072", "--batch", "64", "--max-gpus", "2"],
+    );
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "run.json", "nofit.json", "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    let verdict = html.find("<section id=\"verdict\">").expect("a verdict");
+    assert!(verdict < html.find("<p class=\"meta\">").unwrap());
+    assert!(verdict < html.find("<figure").unwrap());
+    assert!(
+        html.find("<section id=\"fit\">").unwrap() < html.find("<section id=\"runs\">").unwrap()
+    );
+    assert!(
+        html.contains(
+            "<p class=\"headline bad\"><strong>does not fit: none of the 29 package(s) of up to \
+             2 GPUs holds "
+        ),
+        "{html}"
+    );
+    assert!(html.contains("fewer than the 8388608 that 64 x 131072 need"));
+    // Every row says it in words, in red: never a bare negative headroom.
+    let rows = html.matches("<td data-label=\"fits\"").count();
+    assert_eq!(rows, 24, "the first 24 of 29 rows");
+    assert_eq!(
+        html.matches("<td data-label=\"fits\" class=\"bad\">does not fit</td>")
+            .count(),
+        rows
+    );
+    assert!(html.contains("24 of the document's 29 rows shown"));
+    assert!(
+        !html.contains("<section id=\"cost\">"),
+        "a fit is not priced twice"
+    );
+    let Some(layouts) = verdict_layouts(dir.path(), &dir.path().join("r.html"), "nofit") else {
+        return;
+    };
+    for (width, v) in &layouts {
+        leads_with(*width, v, "bad", "does not fit: none of the 29 package(s)");
+        assert_eq!(v["charts"].as_array().unwrap().len(), 2, "{v}");
+        for cell in v["fits"].as_array().unwrap() {
+            assert_eq!(cell["text"], "does not fit", "{cell}");
+            assert_eq!(cell["color"], RED, "{cell}");
+        }
+    }
+}
+
+#[test]
+fn a_failing_fleet_comes_first_before_a_fit_and_any_chart_at_390_and_1400_px() {
+    let dir = tempfile::tempdir().unwrap();
+    // Two nodes that probed (the CPU reference device) and one whose probe failed, as the
+    // batch script leaves them.
+    let fleet = dir.path().join("fleet");
+    for node in ["n0", "n1"] {
+        let n = fleet.join(node);
+        std::fs::create_dir_all(&n).unwrap();
+        iteragpu()
+            .current_dir(&n)
+            .args(["probe", "--device", "cpu", "--seconds", "0.2"])
+            .args(["--copy-bytes", "1MiB", "--output", "probe.json"])
+            .assert()
+            .success();
+        std::fs::write(n.join("probe.exit"), "0\n").unwrap();
+        std::fs::write(n.join("probe.err"), "").unwrap();
+    }
+    let n2 = fleet.join("n2");
+    std::fs::create_dir_all(&n2).unwrap();
+    std::fs::write(n2.join("probe.exit"), "1\n").unwrap();
+    std::fs::write(
+        n2.join("probe.err"),
+        "iteragpu: error: the probe on all: cuInit failed (CUDA_ERROR_NO_DEVICE)\n",
+    )
+    .unwrap();
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["fleet", "check", "fleet"])
+        .assert()
+        .code(1)
+        .stdout(predicate::str::starts_with("verdict: FAILED"));
+    // A fit with room to spare, given first: the failing fleet still leads.
+    fit_json(
+        dir.path(),
+        "fit.json",
+        &["--context", "8192", "--max-gpus", "1"],
+    );
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "fit.json", "fleet", "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    let failed = html
+        .find("<p class=\"headline bad\"><strong>verdict: FAILED: 1 finding(s) fail the fleet (node_failed)")
+        .expect("the fleet's verdict");
+    let fits = html
+        .find("<p class=\"headline ok\"><strong>fits: ")
+        .expect("the fit's verdict");
+    assert!(failed < fits && fits < html.find("<figure").unwrap());
+    assert!(
+        html.contains("<li class=\"bad\">FAIL node_failed: node n2: probe failed with exit code 1")
+    );
+    assert!(html.contains("<article class=\"card verdict bad\" data-standing=\"bad\""));
+    let Some(layouts) = verdict_layouts(dir.path(), &dir.path().join("r.html"), "fleet") else {
+        return;
+    };
+    for (width, v) in &layouts {
+        leads_with(
+            *width,
+            v,
+            "bad",
+            "verdict: FAILED: 1 finding(s) fail the fleet",
+        );
+        assert_eq!(v["cards"][1]["standing"], "ok", "{v}");
+        assert_eq!(v["cards"][0]["lines"][0]["class"], "bad", "{v}");
+        // The fleet's chart and the two probes' copy charts.
+        assert_eq!(v["charts"].as_array().unwrap().len(), 3, "{v}");
+    }
+}
+
+#[test]
+fn a_fit_with_room_to_spare_says_fits_and_marks_its_tight_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    fit_json(dir.path(), "fit.json", &["--context", "8192"]);
+    let doc: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("fit.json")).unwrap()).unwrap();
+    let options = doc["options"].as_array().unwrap();
+    let tight = options.iter().filter(|o| o["tight"] == true).count();
+    assert!(tight > 0, "llama-3.1-8b at 8192 tokens is tight on an L4");
+    iteragpu()
+        .current_dir(dir.path())
+        .args(["report", "fit.json", "--output", "r.html"])
+        .assert()
+        .success();
+    let html = std::fs::read_to_string(dir.path().join("r.html")).unwrap();
+    assert!(
+        html.contains("<p class=\"headline ok\"><strong>fits: "),
+        "{html}"
+    );
+    // The tight rows among the 24 shown are marked tight, in amber, with their reason.
+    let shown_tight = options
+        .iter()
+        .take(24)
+        .filter(|o| o["tight"] == true)
+        .count();
+    assert!(shown_tight > 0);
+    assert_eq!(
+        html.matches("<td data-label=\"fits\" class=\"warn\">tight</td>")
+            .count(),
+        shown_tight
+    );
+    // The verdict names the first tight row, with its reason.
+    let first = options.iter().find(|o| o["tight"] == true).unwrap();
+    let n = |k: &str| first[k].as_u64().unwrap();
+    let layout = &first["layout"];
+    let pp = layout["pipeline_parallel"].as_u64().unwrap();
+    let package = format!(
+        "{} x {} ({} GPU{}, TP{}{}), 7 days",
+        n("lots"),
+        first["gpu"].as_str().unwrap(),
+        n("total_gpus"),
+        if n("total_gpus") == 1 { "" } else { "s" },
+        layout["tensor_parallel"],
+        if pp > 1 {
+            format!(" x PP{pp}")
+        } else {
+            String::new()
+        }
+    );
+    let reason = first["reason"].as_str().unwrap().replace('\'', "&#39;");
+    assert!(
+        html.contains(&format!(
+            "<li class=\"warn\">tight {package}: {reason}</li>"
+        )),
+        "{package}: {reason}"
+    );
+    // The engine's budget per GPU, term by term, for the first row (an L4 under vLLM).
+    let b = &options[0]["budget"];
+    assert_eq!(b["serve"], "vllm");
+    let gib = |k: &str| format!("{:.2} GiB", b[k].as_f64().unwrap() / f64::from(1u32 << 30));
+    let row = html
+        .split("<tr>")
+        .find(|r| r.contains("data-label=\"KV cache pool\""))
+        .expect("a budget row");
+    for k in [
+        "total_bytes",
+        "budget_bytes",
+        "weights_bytes",
+        "kv_pool_bytes",
+        "margin_bytes",
+    ] {
+        assert!(row.contains(&gib(k)), "{k}: {row}");
+    }
+    assert!(row.contains(&format!(">{}<", b["kv_tokens"])), "{row}");
+    assert!(html.contains("vllm --gpu-memory-utilization 0.9"));
 }
