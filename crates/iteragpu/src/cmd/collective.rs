@@ -36,7 +36,9 @@ kept) and its channels.
 
 Refused with one sentence and exit 2: ranks that disagree on the world size, a rendezvous that
 does not complete within --rendezvous-timeout, NCCL or gloo missing from this PyTorch. The gloo
-backend on CPUs is the test path: its bandwidth is loopback or TCP, never a fabric's.")]
+backend on CPUs is the test path: its bandwidth is loopback or TCP, never a fabric's. Exit
+codes: 0 measured and every result correct on every rank, 1 a wrong result (the document is
+written and says which size), 2 refused.")]
 pub struct Args {
     /// `auto` (NCCL when torch sees a GPU, else gloo), `nccl` or `gloo`.
     #[arg(long, default_value = "auto", value_parser = ["auto", "nccl", "gloo"])]
