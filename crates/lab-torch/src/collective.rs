@@ -317,7 +317,9 @@ pub fn slow_pairs(pairs: &[(String, String, f64)]) -> Vec<String> {
     let mut out: Vec<String> = slow
         .iter()
         .map(|(a, b, f)| {
-            format!("the pair {a}-{b} is slow: {f:.3} GB/s against the pairs' median {median:.3} GB/s")
+            format!(
+                "the pair {a}-{b} is slow: {f:.3} GB/s against the pairs' median {median:.3} GB/s"
+            )
         })
         .collect();
     if slow.len() >= 2 {
@@ -394,7 +396,10 @@ mod tests {
         docs[2].fabric.transport = "Socket".into();
         let j = judge(&docs, Some(400.0));
         assert_eq!(j.verdict, "failed");
-        assert!(j.reasons[0].contains("rank 2 fell back to sockets"), "{j:?}");
+        assert!(
+            j.reasons[0].contains("rank 2 fell back to sockets"),
+            "{j:?}"
+        );
     }
 
     #[test]
@@ -404,7 +409,11 @@ mod tests {
         docs[1].results[0].correct = false;
         let j = judge(&docs, Some(400.0));
         assert_eq!(j.verdict, "failed");
-        assert!(j.reasons.iter().any(|r| r == "rank(s) 3 of 4 left no document"));
+        assert!(
+            j.reasons
+                .iter()
+                .any(|r| r == "rank(s) 3 of 4 left no document")
+        );
         assert!(j.reasons.iter().any(|r| r.contains("rank 1 found a wrong")));
         let mut docs = four(380.0);
         docs[0].world_size = 3;

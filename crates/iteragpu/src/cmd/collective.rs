@@ -102,7 +102,11 @@ fn parse_bytes(s: &str) -> Result<u64, String> {
         "KiB" => 10,
         "MiB" => 20,
         "GiB" => 30,
-        _ => return Err(format!("{s:?}: expected bytes such as 8, 64KiB, 16MiB or 1GiB")),
+        _ => {
+            return Err(format!(
+                "{s:?}: expected bytes such as 8, 64KiB, 16MiB or 1GiB"
+            ));
+        }
     };
     let n: u64 = digits
         .parse()
@@ -129,13 +133,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .or_else(|_| std::env::var("SLURM_PROCID"))
         .or_else(|_| std::env::var("SKYPILOT_NODE_RANK"))
         .unwrap_or_else(|_| "0".to_string());
-    let output_path = args.output.as_ref().map(|p| {
-        PathBuf::from(
-            p.to_string_lossy()
-                .replace("%t", rank.trim())
-                .to_string(),
-        )
-    });
+    let output_path = args
+        .output
+        .as_ref()
+        .map(|p| PathBuf::from(p.to_string_lossy().replace("%t", rank.trim()).to_string()));
     if let Some(p) = &output_path {
         files::check_new(p).map_err(|e| usage(e.to_string()))?;
     }
@@ -209,8 +210,8 @@ pub fn render(doc: &CollectiveDocument) -> String {
     );
     let _ = writeln!(
         out,
-        "{:>10} {:>12} {:>12} {:>12} {:>12}  {}",
-        "op", "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "correct"
+        "{:>10} {:>12} {:>12} {:>12} {:>12}  correct",
+        "op", "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"
     );
     for r in &doc.results {
         let _ = writeln!(

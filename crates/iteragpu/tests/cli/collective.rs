@@ -178,9 +178,7 @@ fn three_ranks_over_gloo_measure_every_size_and_check_every_result() {
             assert!(r.time_us > 0.0);
             let factor = lab_torch::collective::bus_factor(&r.op, 3).unwrap();
             assert!((r.busbw_gb_s - r.algbw_gb_s * factor).abs() <= 1e-9 * r.algbw_gb_s.max(1.0));
-            assert!(
-                (r.algbw_gb_s - r.bytes as f64 / r.time_us / 1e3).abs() <= 1e-6 * r.algbw_gb_s
-            );
+            assert!((r.algbw_gb_s - r.bytes as f64 / r.time_us / 1e3).abs() <= 1e-6 * r.algbw_gb_s);
         }
         assert!(d.tool.is_some());
     }
@@ -190,4 +188,61 @@ fn three_ranks_over_gloo_measure_every_size_and_check_every_result() {
     assert!(j.reasons[0].contains("gloo is the CPU test path"));
     // A rank that left nothing fails the run.
     assert_eq!(judge(&docs[..2], Some(400.0)).verdict, "failed");
+}
+
+/// One rank whose rendezvous comes from the scheduler's variables alone.
+fn scheduler_rank(python: &Path, vars: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_iteragpu"));
+    for v in [
+        "RANK",
+        "WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "SLURM_PROCID",
+    ] {
+        cmd.env_remove(v);
+    }
+    cmd.current_dir(dir.path())
+        .envs(vars.iter().copied())
+        .args([
+            "collective",
+            "--backend",
+            "gloo",
+            "--max-bytes",
+            "64",
+            "--json",
+        ])
+        .args(["--iters", "1", "--rendezvous-timeout", "20", "--port"])
+        .arg(free_port().to_string())
+        .arg("--python")
+        .arg(python)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn slurm_and_skypilot_variables_give_the_rendezvous() {
+    let Some(python) = torch_python() else { return };
+    let slurm = [
+        ("SLURM_PROCID", "0"),
+        ("SLURM_NTASKS", "1"),
+        ("SLURM_JOB_NODELIST", "localhost,n[2-4]"),
+    ];
+    let out = scheduler_rank(&python, &slurm);
+    assert_eq!(out.status.code(), Some(0), "{}", last_line(&out));
+    let doc: CollectiveDocument = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((doc.rendezvous.as_str(), doc.world_size), ("slurm", 1));
+    let sky = [
+        ("SKYPILOT_NODE_RANK", "0"),
+        ("SKYPILOT_NODE_IPS", "127.0.0.1"),
+        ("SKYPILOT_NUM_NODES", "1"),
+    ];
+    let out = scheduler_rank(&python, &sky);
+    assert_eq!(out.status.code(), Some(0), "{}", last_line(&out));
+    let doc: CollectiveDocument = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((doc.rendezvous.as_str(), doc.world_size), ("skypilot", 1));
+    // No address or host name is copied into the document.
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("127.0.0.1") && !text.contains("localhost"));
 }
