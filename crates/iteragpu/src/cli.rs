@@ -54,6 +54,9 @@ pub enum Command {
     /// GPU against the datasheet, bounded in time, into one JSON document that must not exist
     /// yet.
     Probe(crate::cmd::probe::Args),
+    /// One rank of an all-reduce / all-gather bandwidth run over every GPU of every node
+    /// (nccl-tests' figures: time, algbw, busbw), through PyTorch; run it under srun.
+    Collective(crate::cmd::collective::Args),
     /// Print the shell completion script for bash, zsh, fish, elvish or PowerShell.
     Completions(crate::cmd::completions::Args),
     /// Print the manual page (roff) of iteragpu or of one of its commands.

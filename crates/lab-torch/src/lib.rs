@@ -17,6 +17,7 @@ use std::time::Duration;
 use lab::measure::document::{MEASUREMENT_LIMIT, MeasurementDocument};
 use lab_child::{Bounds, Ended};
 
+pub mod collective;
 pub mod environment;
 
 /// The engine's Python program, the one copy.

@@ -1,5 +1,6 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
 
+pub mod collective;
 pub mod completions;
 pub mod cost;
 pub mod environment;
@@ -38,6 +39,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Sweep(args) => sweep::run(args),
         Command::Report(args) => report::run(args),
         Command::Probe(args) => probe::run(args),
+        Command::Collective(args) => collective::run(args),
         Command::Fleet(args) => fleet::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),

@@ -1,5 +1,6 @@
 //! End-to-end tests of the `iteragpu` binary: one module per command.
 
+mod collective;
 mod completions;
 mod engine;
 mod engine_bounds;

@@ -68,7 +68,7 @@ fn an_unknown_command_is_refused_with_the_list() {
             "unknown command `nope`; the commands are: environment, estimate, price",
         ))
         .stderr(predicate::str::contains(
-            "report, probe, completions, man\n",
+            "report, probe, collective, completions, man\n",
         ));
 }
 
@@ -90,6 +90,7 @@ fn every_page_has_examples_and_an_exit_status() {
         "sweep",
         "report",
         "probe",
+        "collective",
         "completions",
         "man",
     ] {
@@ -125,13 +126,13 @@ fn every_page_is_installed_and_man_renders_them() {
         .arg(&man1)
         .assert()
         .success()
-        .stdout(predicate::str::starts_with("wrote 17 pages in "));
+        .stdout(predicate::str::starts_with("wrote 18 pages in "));
     let mut files: Vec<String> = std::fs::read_dir(&man1)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     files.sort();
-    assert_eq!(files.len(), 17, "{files:?}");
+    assert_eq!(files.len(), 18, "{files:?}");
     assert!(files.contains(&"iteragpu.1".to_string()));
     assert!(files.contains(&"iteragpu-measure.1".to_string()));
     assert_eq!(
