@@ -17,11 +17,12 @@ use crate::output;
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
 Examples:
-  srun --ntasks-per-node 8 iteragpu collective --output collective-%t.json   (Slurm)
-  RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 iteragpu collective
-  iteragpu collective --backend gloo --max-bytes 16MiB   (CPUs: a quick test of the program)
+  iteragpu collective --output collective-%t.json   # one rank per GPU, under srun or torchrun
+  iteragpu collective --backend gloo --max-bytes 16MiB   # CPUs: a quick test of the program
 
-Run once per GPU (one rank each). The rendezvous comes from the environment, first match wins:
+Run once per GPU (one rank each): under Slurm `srun --ntasks-per-node 8 iteragpu collective
+--output collective-%t.json`; by hand, one process per rank with `RANK=0 WORLD_SIZE=2
+MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 iteragpu collective` and so on. The rendezvous comes from the environment, first match wins:
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as torchrun sets them); Slurm's SLURM_PROCID,
 SLURM_NTASKS and the first node of SLURM_JOB_NODELIST with --port; SkyPilot's SKYPILOT_NODE_RANK,
 SKYPILOT_NODE_IPS (the first is rank 0) with --port.

@@ -285,6 +285,33 @@ const EXAMPLES: &[Example] = &[
         before: "",
         needs: Need::Nothing,
     },
+    // collective
+    Example {
+        example: "iteragpu collective --output collective-%t.json # one rank per GPU, under srun or torchrun",
+        exit: 2,
+        why: "needs a rendezvous (srun, torchrun or SkyPilot set it) and a python3 with PyTorch on \
+              the PATH: run here as the one rank of a gloo world, refused where no python3 has \
+              PyTorch",
+        as_run: Some(
+            "RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29517 iteragpu collective \
+             --backend gloo --max-bytes 64KiB --output collective-%t.json",
+        ),
+        before: "",
+        needs: Need::Torch,
+    },
+    Example {
+        example: "iteragpu collective --backend gloo --max-bytes 16MiB # CPUs: a quick test of the program",
+        exit: 2,
+        why: "needs a rendezvous (srun, torchrun or SkyPilot set it) and a python3 with PyTorch on \
+              the PATH: run here as the one rank of a gloo world, refused where no python3 has \
+              PyTorch",
+        as_run: Some(
+            "RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29518 iteragpu collective \
+             --backend gloo --max-bytes 64KiB",
+        ),
+        before: "",
+        needs: Need::Torch,
+    },
     // report
     ok("iteragpu report runs/batch --output report.html"),
     ok("iteragpu report h100/run.json a100/run.json sweeps/width --output compare.html"),
