@@ -57,6 +57,17 @@ fn unavailable() -> Option<String> {
 }
 
 /// Skips the test (returns true) where the cluster cannot run, except under CI.
+/// One local cluster at a time: the test that checks no Slurm process outlives its cluster
+/// counts every `slurm` process on the machine, so another test's cluster (started by a
+/// parallel test thread) would be taken for a leak. Tests that start a cluster hold this.
+static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_cluster() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn skip() -> bool {
     match unavailable() {
         None => false,
@@ -228,6 +239,7 @@ fn every_node_runs_every_check_once_and_a_failing_node_shows() {
     if skip() {
         return;
     }
+    let _alone = one_cluster();
     let slurm_before = pgrep(&["slurm"]);
     let tmp = tempfile::tempdir().unwrap();
     let cluster_dir = tmp.path().join("cluster");
@@ -388,6 +400,7 @@ fn scancel_a_time_limit_and_a_dead_node_each_fail_naming_the_node_and_cause() {
     if skip() {
         return;
     }
+    let _alone = one_cluster();
     let tmp = tempfile::tempdir().unwrap();
     let cluster_dir = tmp.path().join("cluster");
     let cluster = Cluster::start(&cluster_dir);
