@@ -640,25 +640,12 @@ fn verify_zip(path: &Path) -> Result<Report, VerifyError> {
     }
 
     // The top folder is the one holding MANIFEST.json (or none, for a flat zip).
-    let root = raws
-        .iter()
-        .filter(|r| !r.dir)
-        .filter_map(|r| match r.name.split_once('/') {
-            None if r.name == MANIFEST_NAME => Some(String::new()),
-            Some((top, rest)) if rest == MANIFEST_NAME => Some(top.to_string()),
-            _ => None,
-        })
-        .min();
-    let Some(root) = root else {
+    let files = raws.iter().filter(|r| !r.dir).map(|r| r.name.as_str());
+    let Some(prefix) = manifest_prefix(files) else {
         report.fail(Failure::ManifestMissing {
             looked_for: format!("TOP/{MANIFEST_NAME} in the archive"),
         });
         return Ok(report.conclude(false));
-    };
-    let prefix = if root.is_empty() {
-        String::new()
-    } else {
-        format!("{root}/")
     };
     report.root = Some(prefix.clone());
 
@@ -863,25 +850,12 @@ fn verify_tar_gz(path: &Path) -> Result<Report, VerifyError> {
         });
     }
 
-    let root = members
-        .iter()
-        .filter(|m| !m.dir)
-        .filter_map(|m| match m.name.split_once('/') {
-            None if m.name == MANIFEST_NAME => Some(String::new()),
-            Some((top, rest)) if rest == MANIFEST_NAME => Some(top.to_string()),
-            _ => None,
-        })
-        .min();
-    let Some(root) = root else {
+    let files = members.iter().filter(|m| !m.dir).map(|m| m.name.as_str());
+    let Some(prefix) = manifest_prefix(files) else {
         report.fail(Failure::ManifestMissing {
             looked_for: format!("TOP/{MANIFEST_NAME} in the archive"),
         });
         return Ok(report.conclude(false));
-    };
-    let prefix = if root.is_empty() {
-        String::new()
-    } else {
-        format!("{root}/")
     };
     report.root = Some(prefix.clone());
     let mut found = BTreeMap::new();
@@ -1083,6 +1057,26 @@ fn walk(
             report.fail(Failure::Unexpected { path: child });
         }
     }
+}
+
+/// The archive's top folder as a name prefix (`iteragpu-lab-v1/`, or empty for a flat
+/// archive): the one holding MANIFEST.json, the first by name if several do; `None` when no
+/// file of `names` is a manifest. Zip and tar.gz archives are laid out alike.
+fn manifest_prefix<'a>(names: impl Iterator<Item = &'a str>) -> Option<String> {
+    names
+        .filter_map(|name| match name.split_once('/') {
+            None if name == MANIFEST_NAME => Some(String::new()),
+            Some((top, rest)) if rest == MANIFEST_NAME => Some(top.to_string()),
+            _ => None,
+        })
+        .min()
+        .map(|root| {
+            if root.is_empty() {
+                root
+            } else {
+                format!("{root}/")
+            }
+        })
 }
 
 #[cfg(test)]

@@ -853,22 +853,7 @@ def main(argv):
     return 0 if doc["complete"] else 1
 
 
-def die_with_parent():
-    """Started by iteragpu: ask the kernel for SIGKILL when it dies (PR_SET_PDEATHSIG), so that a
-    measurement killed with its sweep never leaves torch running on the GPU."""
-    parent = os.environ.get("ITERAGPU_TORCH_ENGINE_PARENT")
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if str(os.getppid()) != parent:  # it died before the request
-        sys.exit(1)
-
-
 def entry(argv):
-    die_with_parent()
     try:
         return main(argv)
     except Refused as e:

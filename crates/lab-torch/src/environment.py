@@ -23,7 +23,6 @@ Exit: 0 described (with or without a usable GPU: the object says why not), 2 ref
 options, or no torch (one sentence on stderr, nothing on stdout).
 """
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -338,21 +337,7 @@ def main(argv):
     return 0
 
 
-def die_with_parent():
-    """Started by iteragpu: ask the kernel for SIGKILL when it dies (PR_SET_PDEATHSIG)."""
-    parent = os.environ.get("ITERAGPU_TORCH_ENGINE_PARENT")
-    if not parent or not sys.platform.startswith("linux"):
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-    except (OSError, AttributeError):
-        pass
-    if str(os.getppid()) != parent:  # it died before the request
-        sys.exit(1)
-
-
 def entry(argv):
-    die_with_parent()
     try:
         return main(argv)
     except Refused as e:
