@@ -355,6 +355,15 @@ impl Catalogue {
         }
     }
 
+    /// `--catalogue FILE` when given, else the bundled catalogue: the one lookup every command
+    /// that prices or expects a package makes.
+    pub fn load(path: Option<&Path>) -> Result<Catalogue, CatalogueError> {
+        match path {
+            Some(path) => Catalogue::from_path(path),
+            None => Ok(Catalogue::embedded()),
+        }
+    }
+
     /// Loads and validates a catalogue file; messages name it by the path as given.
     pub fn from_path(path: &Path) -> Result<Catalogue, CatalogueError> {
         let file = path.display().to_string();

@@ -262,6 +262,15 @@ impl Datasheet {
         }
     }
 
+    /// `--datasheet FILE` when given, else the bundled table: the one lookup every command that
+    /// holds a GPU to its datasheet makes.
+    pub fn load(path: Option<&Path>) -> Result<Datasheet, DatasheetError> {
+        match path {
+            Some(path) => Datasheet::from_path(path),
+            None => Ok(Datasheet::embedded()),
+        }
+    }
+
     /// Loads and validates a file.
     pub fn from_path(path: &Path) -> Result<Datasheet, DatasheetError> {
         let file = path.display().to_string();

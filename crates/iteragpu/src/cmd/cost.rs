@@ -2,7 +2,7 @@
 //! together, from the results grid.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use ledger::cost::{CostReport, RentalCost, Total};
@@ -39,17 +39,9 @@ pub struct Args {
     pub json: bool,
 }
 
-/// The catalogue given with `--catalogue`, or the bundled one.
-pub(crate) fn catalogue(path: Option<&Path>) -> anyhow::Result<Catalogue> {
-    Ok(match path {
-        Some(path) => Catalogue::from_path(path)?,
-        None => Catalogue::embedded(),
-    })
-}
-
 /// Runs `cost`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let catalogue = catalogue(args.catalogue.as_deref())?;
+    let catalogue = Catalogue::load(args.catalogue.as_deref())?;
     let report =
         ledger::cost::cost(&args.results, &catalogue).map_err(super::protocol::classify)?;
     if args.json {

@@ -134,15 +134,6 @@ pub fn tool_info() -> ToolInfo {
     ToolInfo::new(option_env!("ITERAGPU_COMMIT"))
 }
 
-/// The datasheet table: `--datasheet FILE` or the bundled one (a file that fails validation is
-/// a data error, exit 1).
-pub fn datasheet(path: Option<&Path>) -> anyhow::Result<Datasheet> {
-    Ok(match path {
-        Some(p) => Datasheet::from_path(p)?,
-        None => Datasheet::embedded(),
-    })
-}
-
 /// What `--package` promises, from the catalogue (an unknown GPU or duration is a usage error).
 pub fn expectation(
     package: Option<&Package>,
@@ -151,10 +142,7 @@ pub fn expectation(
     let Some(p) = package else {
         return Ok(None);
     };
-    let catalogue = match catalogue {
-        Some(path) => Catalogue::from_path(path)?,
-        None => Catalogue::embedded(),
-    };
+    let catalogue = Catalogue::load(catalogue)?;
     let t = catalogue
         .find(&p.gpu, p.days)
         .map_err(|e| exit::usage(format!("--package {p}: {e}")))?;
@@ -178,7 +166,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Catalogue::from_path(path)?;
     }
     if args.datasheet.is_some() {
-        datasheet(args.datasheet.as_deref())?;
+        Datasheet::load(args.datasheet.as_deref())?;
     }
     let device = args.device.clone().unwrap_or_else(|| {
         if args.package.is_some() {
@@ -255,7 +243,7 @@ fn run_torch(args: &Args, device: &str) -> anyhow::Result<ExitCode> {
         )));
     };
     // The catalogue, datasheet and node are checked before any Python runs.
-    let datasheet = datasheet(args.datasheet.as_deref())?;
+    let datasheet = Datasheet::load(args.datasheet.as_deref())?;
     let node = node(args.node.as_deref());
     let expectation = node_expectation(
         expectation(args.package.as_ref(), args.catalogue.as_deref())?,
@@ -343,7 +331,7 @@ fn run_torch(args: &Args, device: &str) -> anyhow::Result<ExitCode> {
 
 /// `--device all` / `cuda:0,1`: every GPU, the peer matrix and the lot checks.
 fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
-    let datasheet = datasheet(args.datasheet.as_deref())?;
+    let datasheet = Datasheet::load(args.datasheet.as_deref())?;
     let node = node(args.node.as_deref());
     let expectation = node_expectation(
         expectation(args.package.as_ref(), args.catalogue.as_deref())?,

@@ -549,11 +549,8 @@ fn held_bytes(estimate: &MemoryEstimate) -> u128 {
 
 /// Runs `fit`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let catalogue = match &args.catalogue {
-        Some(path) => Catalogue::from_path(path)?,
-        None => Catalogue::embedded(),
-    };
-    let datasheet = crate::cmd::environment::datasheet(args.datasheet.as_deref())?;
+    let catalogue = Catalogue::load(args.catalogue.as_deref())?;
+    let datasheet = Datasheet::load(args.datasheet.as_deref())?;
     if let Some(list) = &args.gpu {
         let known = catalogue.gpus();
         for g in list {

@@ -12,8 +12,9 @@ use fleet::slurm::{self, Allocation};
 use fleet::{Check, Device, Plan};
 use lab_io::files;
 use ledger::Package;
+use rent::datasheet::Datasheet;
 
-use crate::cmd::environment::{datasheet, expectation, parse_package};
+use crate::cmd::environment::{expectation, parse_package};
 use crate::exit::usage;
 use crate::output;
 
@@ -683,7 +684,7 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     )?;
     let options = CheckOptions {
         package,
-        datasheet: datasheet(args.datasheet.as_deref())?,
+        datasheet: Datasheet::load(args.datasheet.as_deref())?,
         nodes: args.nodes,
         plan: args.plan.clone(),
         ..CheckOptions::default()

@@ -70,10 +70,7 @@ pub struct Args {
 
 /// Runs `price`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let catalogue = match &args.catalogue {
-        Some(path) => Catalogue::from_path(path)?,
-        None => Catalogue::embedded(),
-    };
+    let catalogue = Catalogue::load(args.catalogue.as_deref())?;
     if args.list {
         return list(&catalogue, args.json);
     }

@@ -20,7 +20,7 @@ use ledger::Package;
 use rent::datasheet::Datasheet;
 
 use crate::cmd::environment::{
-    datasheet, expectation, node, node_expectation, parse_package, render_findings, tool_info,
+    expectation, node, node_expectation, parse_package, render_findings, tool_info,
 };
 use crate::exit::usage;
 use crate::output::{self, Progress};
@@ -169,7 +169,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // pre-flight does: refused with a sentence, never allocated to be killed for.
     lab::probe::check_copy_buffers(args.copy_bytes, lab::host::available_host_bytes())
         .map_err(|e| anyhow::anyhow!("would not fit: {e}; nothing was written"))?;
-    let datasheet = datasheet(args.datasheet.as_deref())?;
+    let datasheet = Datasheet::load(args.datasheet.as_deref())?;
     let started = Instant::now();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let configuration = ProbeConfiguration {

@@ -112,7 +112,7 @@ struct Report<'a> {
 
 /// Runs `record`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let catalogue = super::cost::catalogue(args.catalogue.as_deref())?;
+    let catalogue = rent::catalogue::Catalogue::load(args.catalogue.as_deref())?;
     let recorded = ledger::record(
         &RecordRequest {
             results: args.results.clone(),
