@@ -47,6 +47,16 @@ pub fn gpu_setup(device: &str, what: &str, e: lab_cuda::CudaError) -> anyhow::Er
     }
 }
 
+/// Ledger errors the user fixes by changing the command (exit 2); the rest are data (exit 1).
+/// Shared by `protocol`, `record` and `cost`.
+pub fn ledger(err: ledger::LedgerError) -> anyhow::Error {
+    if err.is_usage() {
+        usage(err.to_string())
+    } else {
+        err.into()
+    }
+}
+
 /// Whether the command line asks for JSON: `--json` anywhere before a `--` that ends the
 /// options. Read from the raw arguments so that even a line clap refuses gets a JSON error.
 pub fn json_requested(args: impl IntoIterator<Item = OsString>) -> bool {

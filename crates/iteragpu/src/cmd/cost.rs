@@ -9,7 +9,7 @@ use ledger::cost::{CostReport, RentalCost, Total};
 use rent::catalogue::Catalogue;
 use rent::price::{cents_to_amount, decimal_cents_to_amount};
 
-use crate::output;
+use crate::{exit, output};
 
 /// Options of `cost`.
 #[derive(Debug, clap::Args)]
@@ -42,8 +42,7 @@ pub struct Args {
 /// Runs `cost`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let catalogue = Catalogue::load(args.catalogue.as_deref())?;
-    let report =
-        ledger::cost::cost(&args.results, &catalogue).map_err(super::protocol::classify)?;
+    let report = ledger::cost::cost(&args.results, &catalogue).map_err(exit::ledger)?;
     if args.json {
         output::print_json(&report)?;
     } else {

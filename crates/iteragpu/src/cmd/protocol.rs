@@ -4,7 +4,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use ledger::LedgerError;
 use serde::Serialize;
 
 use crate::{exit, output};
@@ -63,20 +62,11 @@ struct Locked<'a> {
     lock: &'a ledger::Lock,
 }
 
-/// Ledger errors the user fixes by changing the command (exit 2); the rest are data (exit 1).
-pub(crate) fn classify(err: LedgerError) -> anyhow::Error {
-    if err.is_usage() {
-        exit::usage(err.to_string())
-    } else {
-        err.into()
-    }
-}
-
 /// Runs `protocol`.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     match args.action {
         Action::Init { file, json } => {
-            let written = ledger::protocol::init(&file, SystemTime::now()).map_err(classify)?;
+            let written = ledger::protocol::init(&file, SystemTime::now()).map_err(exit::ledger)?;
             if let Some(warning) = written.warning(&file) {
                 output::warn(&warning);
             }
@@ -97,7 +87,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         Action::Lock { file, json } => {
             let (lock, written) =
                 ledger::protocol::lock(&file, SystemTime::now(), env!("CARGO_PKG_VERSION"))
-                    .map_err(classify)?;
+                    .map_err(exit::ledger)?;
             let lock_file = ledger::protocol::lock_path(&file);
             if let Some(warning) = written.warning(&lock_file) {
                 output::warn(&warning);

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use ledger::{Package, RecordRequest};
 use serde::Serialize;
 
-use crate::output;
+use crate::{exit, output};
 
 /// Options of `record`.
 #[derive(Debug, clap::Args)]
@@ -127,7 +127,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         },
         &catalogue,
     )
-    .map_err(super::protocol::classify)?;
+    .map_err(exit::ledger)?;
     if let Some(warning) = &recorded.warning {
         output::warn(warning);
     }
