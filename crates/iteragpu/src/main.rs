@@ -9,8 +9,15 @@ mod child;
 mod cli;
 mod cmd;
 mod exit;
+mod lot;
 mod output;
 mod summary;
+
+/// The identity of this build, with the commit `build.rs` read (the variable is this crate's,
+/// so the call stays here rather than in `lab`).
+fn tool_info() -> lab::tool::ToolInfo {
+    lab::tool::ToolInfo::new(option_env!("ITERAGPU_COMMIT"))
+}
 
 use std::process::ExitCode;
 

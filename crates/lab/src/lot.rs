@@ -189,6 +189,21 @@ pub struct UnevenShare {
 }
 
 impl Expectation {
+    /// What `lots` lots of the catalogue's `tariff` promise; `package` is its `GPU:DAYS:LOTS`
+    /// label. `environment`, `probe` and `fleet` all build their expectation here.
+    pub fn new(package: String, tariff: &rent::catalogue::Tariff, lots: u32) -> Expectation {
+        Expectation {
+            package,
+            gpu: tariff.gpu.clone(),
+            model: tariff.model.clone(),
+            gpus_per_lot: tariff.gpus_per_lot,
+            lots,
+            gpus: u64::from(tariff.gpus_per_lot) * u64::from(lots),
+            usable_memory_mib: tariff.usable_memory_mib,
+            share: None,
+        }
+    }
+
     /// What this node must hold: on node k of N (N > 1, as the scheduler says) its share,
     /// package GPUs / N, or an error when they do not split evenly; else the whole package.
     pub fn for_node(mut self, node: Option<&NodeIdentity>) -> Result<Expectation, UnevenShare> {

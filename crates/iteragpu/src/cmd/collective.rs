@@ -164,8 +164,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             other => anyhow::Error::new(other),
         })?;
-    doc.tool = Some(super::environment::tool_info());
-    doc.node = super::environment::node(None);
+    doc.tool = Some(crate::tool_info());
+    doc.node = lab::node::NodeIdentity::detect(None);
     if let Some(p) = &output_path {
         let mut json = serde_json::to_vec_pretty(&doc)?;
         json.push(b'\n');

@@ -1,13 +1,12 @@
 //! `iteragpu environment`: the diagnosis of the device a user asked for, or of the whole lot.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use lab::environment::{Environment, EnvironmentReport};
-use lab::lot::{Expectation, Finding, LOT_SCHEMA, LotReport, Severity, check_lot};
+use lab::lot::{LOT_SCHEMA, LotReport, Severity, check_lot};
 use lab::node::{NodeIdentity, parse_node_name};
-use lab::tool::ToolInfo;
 use lab_cuda::lot::{Selection, parse_selection};
 use lab_torch::environment::Devices;
 use ledger::Package;
@@ -15,6 +14,7 @@ use rent::catalogue::Catalogue;
 use rent::datasheet::Datasheet;
 use serde_json::Value;
 
+use crate::lot::{expectation, node_expectation, parse_package, render_findings};
 use crate::{exit, output};
 
 /// While docs/gpu-runs.md records no GPU run: the line `environment`'s text report prints under
@@ -105,59 +105,6 @@ pub struct Args {
     pub test_only_cpu: bool,
 }
 
-/// This process's node: the scheduler's variables only, `--node NAME` in place of its name.
-pub fn node(name: Option<&str>) -> Option<NodeIdentity> {
-    NodeIdentity::detect(name)
-}
-
-/// What this node must hold of the package: its share on node k of N (a package that does not
-/// split evenly is a usage error), else the whole package.
-pub fn node_expectation(
-    expectation: Option<Expectation>,
-    node: Option<&NodeIdentity>,
-) -> anyhow::Result<Option<Expectation>> {
-    expectation
-        .map(|e| {
-            e.for_node(node)
-                .map_err(|e| exit::usage(format!("--package: {e}")))
-        })
-        .transpose()
-}
-
-/// `GPU:DAYS:LOTS`.
-pub fn parse_package(s: &str) -> Result<Package, String> {
-    s.parse().map_err(|e: ledger::LedgerError| e.to_string())
-}
-
-/// The identity of this build.
-pub fn tool_info() -> ToolInfo {
-    ToolInfo::new(option_env!("ITERAGPU_COMMIT"))
-}
-
-/// What `--package` promises, from the catalogue (an unknown GPU or duration is a usage error).
-pub fn expectation(
-    package: Option<&Package>,
-    catalogue: Option<&Path>,
-) -> anyhow::Result<Option<Expectation>> {
-    let Some(p) = package else {
-        return Ok(None);
-    };
-    let catalogue = Catalogue::load(catalogue)?;
-    let t = catalogue
-        .find(&p.gpu, p.days)
-        .map_err(|e| exit::usage(format!("--package {p}: {e}")))?;
-    Ok(Some(Expectation {
-        package: p.to_string(),
-        gpu: t.gpu.clone(),
-        model: t.model.clone(),
-        gpus_per_lot: t.gpus_per_lot,
-        lots: p.lots,
-        gpus: u64::from(t.gpus_per_lot) * u64::from(p.lots),
-        usable_memory_mib: t.usable_memory_mib,
-        share: None,
-    }))
-}
-
 /// Runs `environment`. A GPU that is not usable is reported (exit 0), not an error.
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     // A file named on the command line is read even by a view that does not use it (one device,
@@ -193,9 +140,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         )));
     }
     let env = if device == "cpu" {
-        lab_cpu::environment(tool_info())
+        lab_cpu::environment(crate::tool_info())
     } else if let Some(ordinal) = lab_cuda::parse_ordinal(&device) {
-        lab_cuda::environment(ordinal, tool_info())
+        lab_cuda::environment(ordinal, crate::tool_info())
     } else {
         return Err(exit::usage(format!(
             "unknown device {device:?}: expected cuda:N (e.g. cuda:0), all, a list such as \
@@ -204,7 +151,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     let report = EnvironmentReport {
         environment: env,
-        node: node(args.node.as_deref()),
+        node: NodeIdentity::detect(args.node.as_deref()),
     };
     if args.json {
         output::print_json(&report)?;
@@ -244,7 +191,7 @@ fn run_torch(args: &Args, device: &str) -> anyhow::Result<ExitCode> {
     };
     // The catalogue, datasheet and node are checked before any Python runs.
     let datasheet = Datasheet::load(args.datasheet.as_deref())?;
-    let node = node(args.node.as_deref());
+    let node = NodeIdentity::detect(args.node.as_deref());
     let expectation = node_expectation(
         expectation(args.package.as_ref(), args.catalogue.as_deref())?,
         node.as_ref(),
@@ -261,7 +208,7 @@ fn run_torch(args: &Args, device: &str) -> anyhow::Result<ExitCode> {
             other => anyhow::Error::new(other),
         },
     )?;
-    let tool = tool_info();
+    let tool = crate::tool_info();
     let lot_asked = parse_selection(device).is_some();
     if !lot_asked {
         let environment = match scan.devices.first() {
@@ -332,12 +279,12 @@ fn run_torch(args: &Args, device: &str) -> anyhow::Result<ExitCode> {
 /// `--device all` / `cuda:0,1`: every GPU, the peer matrix and the lot checks.
 fn lot(args: &Args, selection: &Selection) -> anyhow::Result<ExitCode> {
     let datasheet = Datasheet::load(args.datasheet.as_deref())?;
-    let node = node(args.node.as_deref());
+    let node = NodeIdentity::detect(args.node.as_deref());
     let expectation = node_expectation(
         expectation(args.package.as_ref(), args.catalogue.as_deref())?,
         node.as_ref(),
     )?;
-    let tool = tool_info();
+    let tool = crate::tool_info();
     let scan = lab_cuda::lot::scan(selection, &tool);
     let facts: Vec<_> = scan
         .devices
@@ -444,28 +391,6 @@ fn render_lot(r: &LotReport) -> String {
     }
     let _ = writeln!(out);
     out.push_str(&render_findings(&r.findings, &r.datasheet));
-    out
-}
-
-/// The findings as lines, warnings first (shared with `probe`).
-pub fn render_findings(findings: &[Finding], datasheet: &str) -> String {
-    let mut out = String::new();
-    let warnings = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Warning)
-        .count();
-    let _ = writeln!(
-        out,
-        "lot checks: {warnings} warning(s), {} note(s) (datasheet table: {datasheet})",
-        findings.len() - warnings
-    );
-    for f in findings {
-        let level = match f.severity {
-            Severity::Warning => "WARNING",
-            Severity::Note => "note",
-        };
-        let _ = writeln!(out, "  {level} {}: {}", f.code, f.message);
-    }
     out
 }
 

@@ -14,8 +14,8 @@ use lab_io::files;
 use ledger::Package;
 use rent::datasheet::Datasheet;
 
-use crate::cmd::environment::{expectation, parse_package};
 use crate::exit::usage;
+use crate::lot::{expectation, parse_package};
 use crate::output;
 
 /// Options of `fleet`.

@@ -427,7 +427,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             humantime::format_duration(t)
         )));
     }
-    let tool = crate::cmd::environment::tool_info();
+    let tool = crate::tool_info();
     let started_utc = humantime::format_rfc3339_seconds(SystemTime::now()).to_string();
     let init = Instant::now();
     if args.device == "cpu" {
@@ -533,7 +533,7 @@ fn measure_torch(args: &Args, plan: &Plan, output: &Path) -> anyhow::Result<Exit
     // workspace (compute capability 9.0's 32 MiB), so it never says a run fits that does not.
     let estimate =
         preflight::estimate_peak_reserved(plan, &MemoryPolicy::for_gpu(&workspaces, 9, 0));
-    let tool = crate::cmd::environment::tool_info();
+    let tool = crate::tool_info();
     let mut program = vec![
         "--device".to_string(),
         args.device.clone(),
@@ -629,7 +629,7 @@ fn print_plan(args: &Args, plan: &Plan) -> anyhow::Result<ExitCode> {
                     .to_string(),
             ));
         }
-        let device = CpuDevice::new(crate::cmd::environment::tool_info());
+        let device = CpuDevice::new(crate::tool_info());
         PlanReport::new(
             plan,
             "cpu",
@@ -765,7 +765,7 @@ fn measure_on<D: Device>(
 /// Writes the document, prints the summary, and turns completeness into the exit code.
 fn finish(args: &Args, output: &Path, doc: &MeasurementDocument) -> anyhow::Result<ExitCode> {
     let doc = &MeasurementDocument {
-        node: crate::cmd::environment::node(args.node.as_deref()),
+        node: lab::node::NodeIdentity::detect(args.node.as_deref()),
         ..doc.clone()
     };
     let mut json = serde_json::to_vec_pretty(doc)?;

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::{Instant, SystemTime};
 
 use lab::lot::{Expectation, GpuFacts, Severity, check_lot};
+use lab::node::NodeIdentity;
 use lab::probe::timing::SamplePlan;
 use lab::probe::{
     COPY_THRESHOLD_PERCENT, CopyFigure, DEFAULT_SECONDS_PER_GPU, DeviceProbe, FigureStatus,
@@ -19,10 +20,8 @@ use lab_io::files;
 use ledger::Package;
 use rent::datasheet::Datasheet;
 
-use crate::cmd::environment::{
-    expectation, node, node_expectation, parse_package, render_findings, tool_info,
-};
 use crate::exit::usage;
+use crate::lot::{expectation, node_expectation, parse_package, render_findings};
 use crate::output::{self, Progress};
 use crate::summary::bytes;
 
@@ -185,11 +184,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         timing: String::new(),
     };
     let plan = SamplePlan::new(MIN_SAMPLES, args.max_samples);
-    let tool = tool_info();
+    let tool = crate::tool_info();
     let progress = Lines {
         enabled: Progress::detect(args.progress).shown(),
     };
-    let node = node(args.node.as_deref());
+    let node = NodeIdentity::detect(args.node.as_deref());
     let mut doc = if args.device == "cpu" {
         if args.concurrent || args.gemm_size.is_some() || args.package.is_some() {
             return Err(usage(

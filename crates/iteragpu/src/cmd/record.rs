@@ -56,7 +56,7 @@ pub struct Args {
 
     /// The rental's package: GPU:DAYS:LOTS, e.g. b200:7:2 (a GPU the catalogue sells, days 3, 7
     /// or 30, lots >= 1).
-    #[arg(long, value_parser = parse_package)]
+    #[arg(long, value_parser = crate::lot::parse_package)]
     pub package: Package,
 
     /// Units submitted to the judge (1 or more, at most the protocol's corpus_size), in plain
@@ -95,10 +95,6 @@ fn parse_submitted(s: &str) -> Result<u64, rent::units::CountError> {
 /// `--accepted`: the same, where 0 is a result (the judge accepted nothing).
 fn parse_accepted(s: &str) -> Result<u64, rent::units::CountError> {
     rent::units::parse_whole("number of units accepted", s)
-}
-
-fn parse_package(s: &str) -> Result<Package, String> {
-    s.parse().map_err(|e: ledger::LedgerError| e.to_string())
 }
 
 #[derive(Serialize)]
