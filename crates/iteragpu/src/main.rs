@@ -11,6 +11,7 @@ mod cmd;
 mod exit;
 mod lot;
 mod output;
+mod run;
 mod summary;
 
 /// The identity of this build, with the commit `build.rs` read (the variable is this crate's,

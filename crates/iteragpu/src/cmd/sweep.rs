@@ -6,7 +6,7 @@
 //! the sweep down with it. Why the child does the pre-flight check rather than the parent: the
 //! parent never opens the device, so a CUDA context of its own never eats into the memory the
 //! points are measured against. The child refuses a point that would not fit with a sentence
-//! that starts with [`measure::WOULD_NOT_FIT`], which the parent recognises.
+//! that starts with [`run::WOULD_NOT_FIT`], which the parent recognises.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,9 +22,9 @@ use lab::measure::document::MeasurementDocument;
 use serde::Serialize;
 use sweep::{Dimension, Outcome, Point, PointRunner, Row, Spec, Status, Stop};
 
-use crate::cmd::measure::{self, RunOptions};
 use crate::exit::usage;
 use crate::output::{self, Progress};
+use crate::run::{self, RunOptions};
 use crate::summary::bytes;
 
 /// Options of `sweep`.
@@ -76,11 +76,11 @@ pub struct Args {
     pub run: RunOptions,
     /// Refuse a point when its pre-flight estimate exceeds the device's free memory times this
     /// fraction (0 < F <= 1).
-    #[arg(long, default_value_t = 0.9, value_parser = measure::parse_fraction, value_name = "F")]
+    #[arg(long, default_value_t = 0.9, value_parser = run::parse_fraction, value_name = "F")]
     pub max_memory_fraction: f64,
     /// Refuse a point when its pre-flight estimate exceeds this many bytes, whatever is free:
     /// 1073741824, 512MiB, 6GiB.
-    #[arg(long, value_parser = measure::parse_max_memory, value_name = "BYTES")]
+    #[arg(long, value_parser = run::parse_max_memory, value_name = "BYTES")]
     pub max_memory: Option<u64>,
     /// The folder for the documents and summary.csv: new (it is created) or empty.
     #[arg(long, value_name = "DIR")]
@@ -446,7 +446,7 @@ impl PointRunner for ChildRunner<'_> {
         if let Some(bar) = &self.bar {
             bar.set_message(format!("measuring {} {}", point.dimension, point.value));
         }
-        // Each point runs under a deadline: its measurement's own (`measure::default_timeout`,
+        // Each point runs under a deadline: its measurement's own (`run::default_timeout`,
         // or --timeout) and a margin for the measure process itself.
         let deadline = a.run.timeout.unwrap_or_else(|| {
             Plan::new(MeasureOptions {
@@ -461,10 +461,8 @@ impl PointRunner for ChildRunner<'_> {
                 seed: a.run.seed,
                 allow_tf32: a.run.allow_tf32,
             })
-            .map_or(measure::STARTUP_ALLOWANCE, |plan| {
-                measure::default_timeout(&plan)
-            })
-        }) + measure::POINT_MARGIN;
+            .map_or(run::STARTUP_ALLOWANCE, |plan| run::default_timeout(&plan))
+        }) + run::POINT_MARGIN;
         let mut cmd = match lab_child::command(&self.exe, lab_child::Bounds::within(deadline)) {
             Ok(cmd) => cmd,
             Err(e) => {
@@ -533,7 +531,7 @@ impl PointRunner for ChildRunner<'_> {
                 },
             };
         }
-        if let Some(why) = message.strip_prefix(measure::WOULD_NOT_FIT) {
+        if let Some(why) = message.strip_prefix(run::WOULD_NOT_FIT) {
             return Outcome::WouldNotFit(why.to_string());
         }
         let reason = match ended {
