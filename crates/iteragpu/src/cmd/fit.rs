@@ -1,6 +1,8 @@
 //! `iteragpu fit`: every catalogue package that holds a model under a layout an engine runs,
 //! cheapest first, with the largest context and batch per GPU and the speed ceilings.
 
+mod offers;
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -970,16 +972,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
     // Offers are matched against the whole package table, whatever rows are shown; the same
     // limit caps the offers of each duration.
-    let offers = crate::cmd::offers::section(args.offers.as_deref(), args.days, &all_rows, limit)?;
+    let offers = offers::section(args.offers.as_deref(), args.days, &all_rows, limit)?;
     if args.json {
-        output::print_json(&crate::cmd::offers::WithOffers {
+        output::print_json(&offers::WithOffers {
             document: &doc,
             offers: offers.as_ref(),
         })?;
     } else {
-        output::print_text(
-            &(render(&doc, &all_rows) + &crate::cmd::offers::render(offers.as_ref())),
-        )?;
+        output::print_text(&(render(&doc, &all_rows) + &offers::render(offers.as_ref())))?;
     }
     Ok(ExitCode::SUCCESS)
 }

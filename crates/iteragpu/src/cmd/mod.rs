@@ -10,7 +10,6 @@ pub mod fleet;
 pub mod kit;
 pub mod man;
 pub mod measure;
-pub mod offers;
 pub mod price;
 pub mod probe;
 pub mod protocol;
