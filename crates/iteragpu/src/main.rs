@@ -10,6 +10,7 @@ mod cli;
 mod cmd;
 mod exit;
 mod lot;
+mod memory;
 mod output;
 mod run;
 mod summary;

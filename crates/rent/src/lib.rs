@@ -6,7 +6,8 @@
 //! each GPU model should deliver by its vendor's datasheet ([`datasheet`]); [`units`] reads
 //! counts and prints exact decimals for all of them.
 //!
-//! Not here: reading a model folder (`model`, whose facts these estimates take), measuring a GPU
+//! A model folder is read by `model`; [`loaded`] turns what it read into the facts these
+//! estimates take. Not here: measuring a GPU
 //! (`lab` and the device crates), the ledger of accepted results (`ledger`).
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub mod engine;
 pub mod estimate;
 pub mod fit;
 pub mod layout;
+pub mod loaded;
 pub mod memory;
 pub mod offers;
 pub mod price;

@@ -27,7 +27,7 @@ use rust_decimal::Decimal;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::cmd::estimate::{MemoryArgs, load, memory_options};
+use crate::memory::{MemoryArgs, load, memory_options};
 use crate::output;
 
 const EXAMPLES: &str = "\
