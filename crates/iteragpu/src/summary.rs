@@ -7,22 +7,7 @@ use lab::alloc::Action;
 use lab::measure::document::MeasurementDocument;
 use lab::measure::preflight::PlanReport;
 use lab::workspaces::{AddmmPath, MemoryPolicy};
-
-/// Bytes with a binary prefix (the exact figure is in the JSON).
-pub fn bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[unit])
-    }
-}
+use lab_io::bytes::binary as bytes;
 
 /// The table `measure` prints.
 pub fn measurement(doc: &MeasurementDocument, path: &Path) -> String {
@@ -246,16 +231,4 @@ pub fn plan(r: &PlanReport) -> String {
         r.peak_reserved_bytes
     );
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn binary_prefixes() {
-        assert_eq!(bytes(512), "512 B");
-        assert_eq!(bytes(132_608), "129.50 KiB");
-        assert_eq!(bytes(20 << 20), "20.00 MiB");
-    }
 }

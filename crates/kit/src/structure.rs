@@ -198,7 +198,7 @@ pub fn layout(file: &mut (impl Read + Seek), len: u64) -> Result<Layout, String>
         return Err(format!(
             "its central directory is {} bytes; at most {} are read",
             end.central_size,
-            lab_io::files::human_bytes(CENTRAL_LIMIT)
+            lab_io::bytes::exact(CENTRAL_LIMIT)
         ));
     }
     let central_stop = end.central_offset.saturating_add(end.central_size);

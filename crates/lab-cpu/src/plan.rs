@@ -143,7 +143,7 @@ impl HostMemoryPlan {
         fraction: f64,
         max_memory: Option<u64>,
     ) -> Result<(), HostWouldNotFit> {
-        let gib = |b: u64| format!("{:.2}", b as f64 / f64::from(1u32 << 30));
+        let gib = |b: u64| lab_io::bytes::gib(b, 2);
         let parts = self.parts();
         if let Some(free) = available {
             let limit = (free as f64 * fraction).floor() as u64;

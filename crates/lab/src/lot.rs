@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::environment::{Environment, EnvironmentEngine};
 use crate::node::NodeIdentity;
 use crate::tool::ToolInfo;
+use lab_io::bytes::gib;
 use rent::datasheet::{Datasheet, pcie_gb_s};
 
 /// Schema identifier of `environment --device all --json` documents.
@@ -327,10 +328,6 @@ pub struct LotReport {
     pub findings: Vec<Finding>,
     /// How many findings are warnings.
     pub warnings: usize,
-}
-
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 30) as f64
 }
 
 fn mib(bytes: u64) -> u64 {
@@ -748,7 +745,7 @@ fn check_gpu(out: &mut Vec<Finding>, f: &GpuFacts, datasheet: &Datasheet) {
         let list: Vec<String> = others
             .iter()
             .map(|p| match p.used_bytes {
-                Some(b) => format!("pid {} {:.2} GiB", p.pid, gib(b)),
+                Some(b) => format!("pid {} {} GiB", p.pid, gib(b, 2)),
                 None => format!("pid {} (memory not reported)", p.pid),
             })
             .collect();
@@ -756,11 +753,11 @@ fn check_gpu(out: &mut Vec<Finding>, f: &GpuFacts, datasheet: &Datasheet) {
             "other_processes",
             dev,
             format!(
-                "{} is shared: {} other process(es) use it ({}), {:.2} GiB of its memory in all",
+                "{} is shared: {} other process(es) use it ({}), {} GiB of its memory in all",
                 f.device,
                 others.len(),
                 list.join(", "),
-                gib(used)
+                gib(used, 2)
             ),
             json!({"processes": others, "used_bytes": used, "free_memory_bytes": f.free_memory_bytes}),
         ));
@@ -773,11 +770,11 @@ fn check_gpu(out: &mut Vec<Finding>, f: &GpuFacts, datasheet: &Datasheet) {
                 "memory_in_use",
                 dev,
                 format!(
-                    "{} has {:.2} GiB free of {:.2} GiB: {:.2} GiB is held by something no process list shows (another container, or a leak)",
+                    "{} has {} GiB free of {} GiB: {} GiB is held by something no process list shows (another container, or a leak)",
                     f.device,
-                    gib(free),
-                    gib(f.total_memory_bytes),
-                    gib(held)
+                    gib(free, 2),
+                    gib(f.total_memory_bytes, 2),
+                    gib(held, 2)
                 ),
                 json!({"free_memory_bytes": free, "total_memory_bytes": f.total_memory_bytes, "held_bytes": held}),
             ));

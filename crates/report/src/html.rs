@@ -4,13 +4,14 @@ use std::fmt::Write;
 
 use lab::environment::Environment;
 use lab::measure::document::MeasurementDocument;
+use lab_io::bytes::binary as bytes;
 use serde_json::Value;
 use sweep::summary::{Row, Status};
 
 use crate::charts::{self, FleetBar, PALETTE, PhaseAxes, ProbeBar, ProbeGroup, Series};
 use crate::fit::{self, FitDocument, RowStanding};
 use crate::load::{Inputs, Money, MoneyKind, Probe, ReportError, Run, Standing, Sweep};
-use crate::units::{bytes, bytes_unit, figure as number, flops_unit, tick};
+use crate::units::{bytes_unit, figure as number, flops_unit, tick};
 
 /// What the page says about itself.
 #[derive(Debug, Clone)]
@@ -254,7 +255,7 @@ const BUDGET_COLUMNS: [&str; 12] = [
 
 /// Bytes as GiB with two decimals, negative ones too.
 fn gib(b: i128) -> String {
-    format!("{:.2} GiB", b as f64 / f64::from(1u32 << 30))
+    format!("{} GiB", lab_io::bytes::gib(b, 2))
 }
 
 /// An estimated term: its figure and its range.

@@ -34,7 +34,7 @@ pub enum ReportError {
     /// All inputs together are over the total limit, `TOTAL_LIMIT`.
     #[error(
         "the inputs add up to more than {}, the most one report reads; make several reports",
-        lab_io::files::human_bytes(TOTAL_LIMIT)
+        lab_io::bytes::exact(TOTAL_LIMIT)
     )]
     TooMuch,
     /// A summary row names a file that is not a plain name inside the sweep folder.

@@ -65,16 +65,6 @@ pub(crate) fn figure(v: f64, decimals: usize) -> String {
     }
 }
 
-/// Bytes with a binary prefix, for tables.
-pub(crate) fn bytes(b: u64) -> String {
-    let u = bytes_unit(b as f64);
-    if u.scale == 1.0 {
-        format!("{b} B")
-    } else {
-        format!("{:.2} {}", b as f64 / u.scale, u.name)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,8 +81,6 @@ mod tests {
         assert_eq!(tick(0.002), "0.002");
         assert_eq!(tick(12.5), "12.5");
         assert_eq!(tick(2.5e-7), "2.5e-7");
-        assert_eq!(bytes(132_608), "129.50 KiB");
-        assert_eq!(bytes(100), "100 B");
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use lab::probe::{CopyKind, FigureStatus, PROBE_SCHEMA, ProbeDocument};
+use lab_io::bytes::gib;
 use rent::capacity::{ContextLimit, Embedding, Geometry, Workload};
 use rent::catalogue::{Catalogue, nearest};
 use rent::ceiling::{self, GpuSpeed};
@@ -984,10 +985,6 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn gib(bytes: u128) -> String {
-    format!("{:.1}", bytes as f64 / f64::from(1u32 << 30))
-}
-
 /// A price per million tokens, cents, as an amount: 2 decimals, 4 under 0.10.
 fn per_mtok(cents: Decimal) -> String {
     let amount = decimal_cents_to_amount(cents);
@@ -996,10 +993,6 @@ fn per_mtok(cents: Decimal) -> String {
     } else {
         amount.round_dp(2).to_string()
     }
-}
-
-fn gib2(bytes: u128) -> String {
-    format!("{:.2}", bytes as f64 / f64::from(1u32 << 30))
 }
 
 /// The engine's budget on the busiest GPU of one row, term by term.
@@ -1025,24 +1018,24 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
     let _ = writeln!(
         s,
         "  total memory                {:>8}",
-        gib2(b.total_bytes)
+        gib(b.total_bytes, 2)
     );
     let _ = writeln!(
         s,
         "  x {what} {:<4} {:>8}",
         b.fraction,
-        gib2(b.budget_bytes)
+        gib(b.budget_bytes, 2)
     );
     let _ = writeln!(
         s,
         "  - weights as loaded         {:>8}",
-        gib2(b.weights_bytes)
+        gib(b.weights_bytes, 2)
     );
     let range = |e: &rent::engine::Estimated| {
         format!(
             "(estimate, {} to {})",
-            gib2(e.low_bytes),
-            gib2(e.high_bytes)
+            gib(e.low_bytes, 2),
+            gib(e.high_bytes, 2)
         )
     };
     if b.serve == Serve::Vllm {
@@ -1050,7 +1043,7 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
             s,
             "  - activation peak           {:>8}  {} of the profile run: {} batched tokens, {} \
              rows of logits",
-            gib2(b.activation_peak.bytes),
+            gib(b.activation_peak.bytes, 2),
             range(&b.activation_peak),
             b.max_num_batched_tokens.unwrap_or(0),
             b.max_num_seqs
@@ -1061,7 +1054,7 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
     let _ = writeln!(
         s,
         "  - non-torch memory          {:>8}  {}",
-        gib2(b.non_torch.bytes),
+        gib(b.non_torch.bytes, 2),
         range(&b.non_torch)
     );
     let _ = writeln!(
@@ -1078,13 +1071,13 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
             let _ = writeln!(
                 s,
                 "  CUDA graphs                 {:>8}  {}, in the {} GiB left above the budget",
-                gib2(b.cuda_graphs.bytes),
+                gib(b.cuda_graphs.bytes, 2),
                 if b.cuda_graphs_captured {
                     range(&b.cuda_graphs)
                 } else {
                     "(--enforce-eager: none)".to_string()
                 },
-                gib2(b.margin_bytes)
+                gib(b.margin_bytes, 2)
             );
         }
         _ => {
@@ -1092,8 +1085,8 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
                 s,
                 "  activations + CUDA graphs   {:>8}  (estimate), in the {} GiB outside the \
                  static fraction",
-                gib2(b.activation_peak.bytes + b.cuda_graphs.bytes),
-                gib2(b.margin_bytes)
+                gib(b.activation_peak.bytes + b.cuda_graphs.bytes, 2),
+                gib(b.margin_bytes, 2)
             );
         }
     }
@@ -1144,7 +1137,7 @@ fn render(d: &Document, all: &[FitOption]) -> String {
         s,
         "  model memory   {} bytes ({} GiB: weights {}{}{}{})",
         held,
-        gib(held),
+        gib(held, 1),
         weights,
         e.quantisation_metadata_bytes
             .map(|m| format!(" + scales {m}"))
@@ -1281,8 +1274,8 @@ fn render(d: &Document, all: &[FitOption]) -> String {
                 (None, None) => "even".to_string(),
             },
             o.days.to_string(),
-            gib(o.per_gpu_bytes),
-            gib(o.usable_bytes_per_gpu),
+            gib(o.per_gpu_bytes, 1),
+            gib(o.usable_bytes_per_gpu, 1),
             match (o.fits, o.tight, &o.layout_problem) {
                 (true, true, _) => "tight".to_string(),
                 (true, false, _) => "yes".to_string(),

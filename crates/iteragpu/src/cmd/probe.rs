@@ -16,6 +16,7 @@ use lab::probe::{
 };
 use lab_cuda::lot::{Selection, parse_selection};
 use lab_cuda::probe::{ProbeOptions, ProbeProgress};
+use lab_io::bytes::binary as bytes;
 use lab_io::files;
 use ledger::Package;
 use rent::datasheet::Datasheet;
@@ -23,7 +24,6 @@ use rent::datasheet::Datasheet;
 use crate::exit::usage;
 use crate::lot::{expectation, node_expectation, parse_package, render_findings};
 use crate::output::{self, Progress};
-use crate::summary::bytes;
 
 /// Options of `probe`.
 #[derive(Debug, clap::Args)]
@@ -597,6 +597,5 @@ mod tests {
                 .contains("multiple of 16")
         );
         assert!(parse_max_samples("2").is_err());
-        assert_eq!(bytes(256 << 20), "256.00 MiB");
     }
 }

@@ -25,7 +25,7 @@ use sweep::{Dimension, Outcome, Point, PointRunner, Row, Spec, Status, Stop};
 use crate::exit::usage;
 use crate::output::{self, Progress};
 use crate::run::{self, RunOptions};
-use crate::summary::bytes;
+use lab_io::bytes::binary as bytes;
 
 /// Options of `sweep`.
 #[derive(Debug, clap::Args)]

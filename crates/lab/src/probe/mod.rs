@@ -16,6 +16,7 @@ use crate::lot::{Expectation, Finding, GpuFacts, PeerAccess};
 use crate::node::NodeIdentity;
 use crate::stats::Summary;
 use crate::tool::ToolInfo;
+use lab_io::bytes::gib;
 use rent::datasheet::{DatasheetRow, GemmKind};
 
 /// Why a probe's copy buffers cannot be had on this host: refused before any buffer is made.
@@ -24,8 +25,8 @@ use rent::datasheet::{DatasheetRow, GemmKind};
     "--copy-bytes {copy_bytes} needs {} of host memory for its two copy buffers (source and \
      destination on the CPU; pinned and pageable for a GPU) but {}; choose a smaller \
      --copy-bytes, such as the default 256MiB",
-    needed.map_or_else(|| "more than 2^64 bytes".to_string(), |n| format!("{n} bytes ({:.2} GiB)", gib(n))),
-    format!("the machine has {available} bytes ({:.2} GiB) available (MemAvailable, within any cgroup memory limit)", gib(*available))
+    needed.map_or_else(|| "more than 2^64 bytes".to_string(), |n| format!("{n} bytes ({} GiB)", gib(n, 2))),
+    format!("the machine has {available} bytes ({} GiB) available (MemAvailable, within any cgroup memory limit)", gib(*available, 2))
 )]
 pub struct CopyBuffersWouldNotFit {
     /// The option's value.
@@ -34,10 +35,6 @@ pub struct CopyBuffersWouldNotFit {
     pub needed: Option<u64>,
     /// What the host can give a new allocation.
     pub available: u64,
-}
-
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1u32 << 30)
 }
 
 /// Host bytes a probe holds for its copies: two buffers of `copy_bytes` (the CPU's source and
