@@ -508,11 +508,7 @@ impl Parser {
     }
 
     fn parse(&self, content: &[u8]) -> Result<Vec<Tariff>, CatalogueError> {
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .trim(csv::Trim::All)
-            .from_reader(content);
+        let mut reader = crate::rows::reader(content);
         let mut records = reader.records();
         let header = match records.next() {
             Some(Ok(h)) => h,

@@ -387,11 +387,7 @@ fn whole(text: &str, allowed: &[u32], expected: &str) -> Result<u32, String> {
 }
 
 fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .trim(csv::Trim::All)
-        .from_reader(content);
+    let mut reader = crate::rows::reader(content);
     let mut records = reader.records();
     let header = match records.next() {
         Some(Ok(h)) => h,

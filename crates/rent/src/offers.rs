@@ -574,11 +574,7 @@ impl Mapping {
             column: column.to_string(),
             message,
         };
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .trim(csv::Trim::All)
-            .from_reader(reader);
+        let mut reader = crate::rows::reader(reader);
         let mut records = reader.records();
         let header = match records.next() {
             Some(Ok(h)) => h,
@@ -1416,11 +1412,7 @@ impl Parser {
             0
         };
         let prefix = std::io::Cursor::new(head[skip..got].to_vec());
-        let mut reader = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .trim(csv::Trim::All)
-            .from_reader(Tracked::new(prefix.chain(reader)));
+        let mut reader = crate::rows::reader(Tracked::new(prefix.chain(reader)));
         let mut header = csv::StringRecord::new();
         match reader.read_record(&mut header) {
             Ok(true) => {}

@@ -1,4 +1,18 @@
-//! Row numbers of CSV records as an editor shows them, for every fault a table's reader names.
+//! The CSV rules the catalogue, the datasheet, the offers file and the accelerator mapping share:
+//! one reader ([`reader`]: the header read as a row, rows of any width so that a short or long
+//! one is named by its reader, every field trimmed), and row numbers as an editor shows them, for
+//! every fault a table's reader names.
+
+/// The CSV reader of every table: the header comes back as the first record (each table checks
+/// its own names), a row of another width than the header is returned (its reader names the
+/// missing or extra field), and spaces around every field are dropped.
+pub(crate) fn reader<R: std::io::Read>(from: R) -> csv::Reader<R> {
+    csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(from)
+}
 
 /// [`line_of`] for records met in file order: it counts the line ends between one record and the
 /// next only, so numbering every row of a file is one pass over it, not one pass per row.
