@@ -3,7 +3,9 @@
 //! domain: `estimate`, `fit` and `price` from `rent` (and `model`); `measure`, `probe` and
 //! `environment` from `lab` with its devices `lab-cpu` and `lab-cuda`; `sweep` from `sweep`;
 //! `report` from `report`; `protocol`, `record` and `cost` from `ledger`; `kit` and `verify`
-//! from `kit`; the file rules of all of them from `lab-io`.
+//! from `kit`; the file rules of all of them from `lab-io`. No command imports another: what two
+//! share at the command line sits beside `cmd/` (`run` for measure and sweep, `memory` for
+//! estimate and fit, `lot` for environment, probe and fleet, `exit` for error classes).
 
 mod child;
 mod cli;

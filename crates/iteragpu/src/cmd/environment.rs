@@ -476,6 +476,9 @@ fn scalar(v: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use lab::lot::Finding;
+    use lab::tool::ToolInfo;
+
     use super::*;
 
     #[test]

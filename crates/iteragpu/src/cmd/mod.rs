@@ -1,4 +1,7 @@
 //! One module per command. Clap types stop here: each module turns its `Args` into library calls.
+//! No command imports another: what two commands share lives in the library crate of its domain,
+//! or, when it is about the command line itself (a clap type, an exit code, a text rendering), in
+//! a module beside `cmd/` (`run`, `memory`, `lot`, `exit`, `summary`).
 
 pub mod collective;
 pub mod completions;
@@ -42,5 +45,47 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Fleet(args) => fleet::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Every line of `dir`'s Rust files that reaches into another command's module.
+    fn cross_imports(dir: &Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                cross_imports(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                // Spelt in two parts, so that this test does not find itself.
+                let into_cmd = ["crate", "cmd", ""].join("::");
+                for (n, line) in text.lines().enumerate() {
+                    let sibling = line.match_indices("super::").any(|(at, _)| {
+                        let rest = &line[at + "super::".len()..];
+                        let name: String = rest
+                            .chars()
+                            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                            .collect();
+                        !name.is_empty() && rest[name.len()..].starts_with("::")
+                    });
+                    if line.contains(&into_cmd) || sibling {
+                        found.push(format!("{}:{}: {line}", path.display(), n + 1));
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_command_imports_another() {
+        let mut found = Vec::new();
+        cross_imports(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cmd"),
+            &mut found,
+        );
+        assert!(found.is_empty(), "{}", found.join("\n"));
     }
 }
