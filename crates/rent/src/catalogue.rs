@@ -27,6 +27,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
+pub use crate::field::FieldProblem;
 use crate::price::PriceError;
 use crate::rows::{LineCounter, line_of};
 
@@ -123,138 +124,6 @@ pub enum HeaderProblem {
          expected the columns {}", COLUMNS.join(",")
     )]
     Renamed,
-}
-
-/// What is wrong with one field of a row.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FieldProblem {
-    /// The row ends before this column.
-    #[error("is missing (the row has {found} fields, the header {expected})")]
-    Missing {
-        /// Fields on the row.
-        found: usize,
-        /// Columns in the header.
-        expected: usize,
-    },
-    /// The row has more fields than the header.
-    #[error("is extra (the row has {found} fields, the header {expected})")]
-    Extra {
-        /// Fields on the row.
-        found: usize,
-        /// Columns in the header.
-        expected: usize,
-    },
-    /// A line break, NUL or another control character (or a bidirectional control) in a text
-    /// field: such a value would end a comment of the script or the YAML that `fleet` writes
-    /// and run or add what follows, and would move a terminal's cursor. Shown escaped.
-    #[error(
-        "`{}` holds a line break or another control character, which a generated script, a YAML file or a terminal line cannot carry safely; expected {expected} on one line of printable text",
-        lab_io::text::printable(.value)
-    )]
-    Control {
-        /// The field, as read.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// Nothing in the field.
-    #[error("is empty; expected {expected}")]
-    Empty {
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// A negative number.
-    #[error("`{value}` is negative; expected {expected}")]
-    Negative {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// A number with a fractional part (or a decimal point).
-    #[error("`{value}` is not a whole number; expected {expected}")]
-    Fractional {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// Zero.
-    #[error("`{value}` is zero; expected {expected}")]
-    Zero {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// Not a number at all.
-    #[error("`{value}` is not a number; expected {expected}")]
-    NotANumber {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// A number beyond what the column can hold.
-    #[error("`{value}` is too large; expected {expected}")]
-    TooLarge {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// A duration other than 3, 7 or 30.
-    #[error("`{value}` days is not an offered duration; expected 3, 7 or 30")]
-    Duration {
-        /// The field.
-        value: String,
-    },
-    /// A slug with characters other than lowercase letters, digits and `-`.
-    #[error(
-        "`{value}` is not a GPU slug; expected lowercase letters, digits and `-`, such as h100-sxm"
-    )]
-    Slug {
-        /// The field.
-        value: String,
-    },
-    /// Not three capital letters.
-    #[error("`{value}` is not a currency code; expected three capital letters such as USD")]
-    Currency {
-        /// The field.
-        value: String,
-    },
-    /// Not a calendar date written YYYY-MM-DD.
-    #[error("`{value}` is not a date; expected a calendar date written YYYY-MM-DD")]
-    Date {
-        /// The field.
-        value: String,
-    },
-    /// The same GPU and duration twice.
-    #[error(
-        "duplicates row {first_row}: `{gpu}` for {days} days is already priced there; expected one row per GPU and duration"
-    )]
-    Duplicate {
-        /// GPU slug.
-        gpu: String,
-        /// Duration.
-        days: u32,
-        /// The earlier row.
-        first_row: u64,
-    },
-    /// A per-model column that differs between the rows of one model.
-    #[error(
-        "`{value}` differs from `{first_value}` on row {first_row} for GPU `{gpu}`; expected the same value on every row of a GPU"
-    )]
-    Inconsistent {
-        /// The field.
-        value: String,
-        /// GPU slug.
-        gpu: String,
-        /// The value on the model's first row.
-        first_value: String,
-        /// That row.
-        first_row: u64,
-    },
 }
 
 /// A catalogue that cannot be used. Every variant names the file; row and column where there is one.
@@ -684,38 +553,7 @@ impl Parser {
         value: &str,
         expected: &'static str,
     ) -> Result<u64, CatalogueError> {
-        let problem = |make: fn(String, &'static str) -> FieldProblem| {
-            self.field_error(row, column, make(value.to_string(), expected))
-        };
-        if value.is_empty() {
-            return Err(self.field_error(row, column, FieldProblem::Empty { expected }));
-        }
-        let digits = value.strip_prefix('+').unwrap_or(value);
-        if digits.bytes().all(|b| b.is_ascii_digit()) && !digits.is_empty() {
-            return match digits.parse::<u64>() {
-                Ok(0) => Err(problem(|value, expected| FieldProblem::Zero {
-                    value,
-                    expected,
-                })),
-                Ok(v) => Ok(v),
-                Err(_) => Err(problem(|value, expected| FieldProblem::TooLarge {
-                    value,
-                    expected,
-                })),
-            };
-        }
-        let numeric = |s: &str| {
-            s.bytes().any(|b| b.is_ascii_digit())
-                && s.bytes()
-                    .all(|b| b.is_ascii_digit() || matches!(b, b'.' | b'e' | b'E' | b'+' | b'-'))
-        };
-        Err(if value.starts_with('-') && numeric(&value[1..]) {
-            problem(|value, expected| FieldProblem::Negative { value, expected })
-        } else if numeric(value) {
-            problem(|value, expected| FieldProblem::Fractional { value, expected })
-        } else {
-            problem(|value, expected| FieldProblem::NotANumber { value, expected })
-        })
+        crate::field::positive(value, expected).map_err(|p| self.field_error(row, column, p))
     }
 
     fn positive_u32(

@@ -4,7 +4,8 @@
 //! GPU, [`capacity`]; decode and prefill ceilings, [`ceiling`]), what a package costs and what
 //! one accepted result costs ([`price`]), from the tariff catalogue ([`catalogue`]), and what
 //! each GPU model should deliver by its vendor's datasheet ([`datasheet`]); [`units`] reads
-//! counts and prints exact decimals for all of them.
+//! counts and prints exact decimals for all of them, and [`field`] reads the cells of the
+//! catalogue and offers files and says what is wrong with one.
 //!
 //! A model folder is read by `model`; [`loaded`] turns what it read into the facts these
 //! estimates take. Not here: measuring a GPU
@@ -17,6 +18,7 @@ pub mod ceiling;
 pub mod datasheet;
 pub mod engine;
 pub mod estimate;
+pub mod field;
 pub mod fit;
 pub mod layout;
 pub mod loaded;

@@ -43,6 +43,7 @@ use rust_decimal::Decimal;
 use rust_decimal::prelude::ToPrimitive;
 use serde::Serialize;
 
+use crate::field::FieldProblem;
 use crate::fit::FitOption;
 
 /// The columns a SkyPilot catalogue file must have, each once, in any order.
@@ -197,84 +198,6 @@ pub enum OffersHeaderProblem {
     Duplicate,
 }
 
-/// What is wrong with one field of an offers row.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum OfferProblem {
-    /// The row ends before this column.
-    #[error("is missing (the row has {found} fields, the header {expected})")]
-    Missing {
-        /// Fields on the row.
-        found: usize,
-        /// Columns in the header.
-        expected: usize,
-    },
-    /// The row has more fields than the header.
-    #[error("is extra (the row has {found} fields, the header {expected})")]
-    Extra {
-        /// Fields on the row.
-        found: usize,
-        /// Columns in the header.
-        expected: usize,
-    },
-    /// Nothing where something is needed.
-    #[error("is empty; expected {expected}")]
-    Empty {
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// Not a decimal number.
-    #[error("`{value}` is not a number; expected {expected}")]
-    NotANumber {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// A negative number.
-    #[error("`{value}` is negative; expected {expected}")]
-    Negative {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// Zero where a price or count must be positive.
-    #[error("`{value}` is zero; expected {expected}")]
-    Zero {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// More digits than an exact decimal holds (28), or a count beyond 2^32 - 1.
-    #[error("`{value}` is too large or too long to hold exactly; expected {expected}")]
-    TooLarge {
-        /// The field.
-        value: String,
-        /// What the column holds.
-        expected: &'static str,
-    },
-    /// A GPU count without a GPU name.
-    #[error(
-        "is empty although AcceleratorCount is `{count}`; expected the accelerator's name, or both cells empty for an instance without one"
-    )]
-    Unnamed {
-        /// The count on the row.
-        count: String,
-    },
-    /// Neither an instance type nor an accelerator: nothing is offered.
-    #[error(
-        "is empty and so is AcceleratorName; expected the instance type (an empty one is only for an accelerator priced apart from its host)"
-    )]
-    Nothing,
-    /// Not three capital letters.
-    #[error("`{value}` is not a currency code; expected three capital letters such as USD")]
-    Currency {
-        /// The field.
-        value: String,
-    },
-}
-
 /// An offers file that cannot be used. Every variant names the file; row and column where
 /// there is one.
 #[derive(Debug, thiserror::Error)]
@@ -381,7 +304,7 @@ pub enum OffersError {
         /// Column name (or `#N`, counting from 1, past the header).
         column: String,
         /// What is wrong (boxed to keep the error small).
-        problem: Box<OfferProblem>,
+        problem: Box<FieldProblem>,
     },
     /// Two currencies in one file.
     #[error(
@@ -1331,7 +1254,7 @@ struct Index {
 }
 
 impl Parser {
-    fn field_error(&self, row: u64, column: &str, problem: OfferProblem) -> OffersError {
+    fn field_error(&self, row: u64, column: &str, problem: FieldProblem) -> OffersError {
         OffersError::Field {
             file: self.file.clone(),
             row,
@@ -1453,7 +1376,7 @@ impl Parser {
                 return Err(self.field_error(
                     row,
                     &format!("#{}", width + 1),
-                    OfferProblem::Extra {
+                    FieldProblem::Extra {
                         found: record.len(),
                         expected: width,
                     },
@@ -1464,7 +1387,7 @@ impl Parser {
                     self.field_error(
                         row,
                         column,
-                        OfferProblem::Missing {
+                        FieldProblem::Missing {
                             found: record.len(),
                             expected: width,
                         },
@@ -1481,7 +1404,7 @@ impl Parser {
                 return Err(self.field_error(
                     row,
                     "AcceleratorName",
-                    OfferProblem::Unnamed {
+                    FieldProblem::Unnamed {
                         count: count_text.to_string(),
                     },
                 ));
@@ -1492,7 +1415,7 @@ impl Parser {
                         return Err(self.field_error(
                             row,
                             "AcceleratorCount",
-                            OfferProblem::Empty {
+                            FieldProblem::Empty {
                                 expected: "the number of accelerators named in AcceleratorName",
                             },
                         ));
@@ -1501,7 +1424,7 @@ impl Parser {
                         return Err(self.field_error(
                             row,
                             "AcceleratorCount",
-                            OfferProblem::Zero {
+                            FieldProblem::Zero {
                                 value: count_text.to_string(),
                                 expected: "the number of accelerators named in AcceleratorName",
                             },
@@ -1511,7 +1434,7 @@ impl Parser {
                         return Err(self.field_error(
                             row,
                             "AcceleratorCount",
-                            OfferProblem::TooLarge {
+                            FieldProblem::Inexact {
                                 value: count_text.to_string(),
                                 expected: "at most 4294967295 accelerators",
                             },
@@ -1521,7 +1444,7 @@ impl Parser {
                 }
             }
             if instance_type.is_empty() && accelerator_name.is_empty() {
-                return Err(self.field_error(row, "InstanceType", OfferProblem::Nothing));
+                return Err(self.field_error(row, "InstanceType", FieldProblem::Nothing));
             }
             let vcpus = self.decimal(row, "vCPUs", field("vCPUs")?, SIZE_EXPECTED, false)?;
             let memory_gib =
@@ -1534,7 +1457,7 @@ impl Parser {
                 return Err(self.field_error(
                     row,
                     "Region",
-                    OfferProblem::Empty {
+                    FieldProblem::Empty {
                         expected: "the region of the offer",
                     },
                 ));
@@ -1549,7 +1472,7 @@ impl Parser {
                     return Err(self.field_error(
                         row,
                         CURRENCY_COLUMN,
-                        OfferProblem::Empty {
+                        FieldProblem::Empty {
                             expected: "a currency code such as USD",
                         },
                     ));
@@ -1558,7 +1481,7 @@ impl Parser {
                     return Err(self.field_error(
                         row,
                         CURRENCY_COLUMN,
-                        OfferProblem::Currency {
+                        FieldProblem::Currency {
                             value: value.to_string(),
                         },
                     ));
@@ -1645,8 +1568,7 @@ impl Parser {
         })
     }
 
-    /// An empty cell (`None`), or an exact non-negative decimal: digits with at most one point,
-    /// or pandas' exponent form (`1e-05`). `positive` refuses zero.
+    /// An empty cell (`None`), or an exact non-negative decimal (see [`crate::field::decimal`]).
     fn decimal(
         &self,
         row: u64,
@@ -1655,87 +1577,9 @@ impl Parser {
         expected: &'static str,
         positive: bool,
     ) -> Result<Option<Decimal>, OffersError> {
-        if value.is_empty() {
-            return Ok(None);
-        }
-        let problem = |make: fn(String, &'static str) -> OfferProblem| {
-            self.field_error(row, column, make(value.to_string(), expected))
-        };
-        let unsigned = value.strip_prefix('+').unwrap_or(value);
-        let (negative, digits) = match unsigned.strip_prefix('-') {
-            Some(rest) => (true, rest),
-            None => (false, unsigned),
-        };
-        let Some(parsed) = exact_decimal(digits) else {
-            return Err(problem(|value, expected| OfferProblem::NotANumber {
-                value,
-                expected,
-            }));
-        };
-        let Ok(parsed) = parsed else {
-            return Err(problem(|value, expected| OfferProblem::TooLarge {
-                value,
-                expected,
-            }));
-        };
-        if negative && !parsed.is_zero() {
-            return Err(problem(|value, expected| OfferProblem::Negative {
-                value,
-                expected,
-            }));
-        }
-        if positive && parsed.is_zero() {
-            return Err(problem(|value, expected| OfferProblem::Zero {
-                value,
-                expected,
-            }));
-        }
-        Ok(Some(parsed))
+        crate::field::decimal(value, expected, positive)
+            .map_err(|p| self.field_error(row, column, p))
     }
-}
-
-/// `None` when `text` is not a plain decimal (`12`, `12.5`, `.5`, `12.`) or an exponent form
-/// (`1e-05`, `1.5E+3`); `Some(Err)` when it is one but does not fit a [`Decimal`] exactly.
-fn exact_decimal(text: &str) -> Option<Result<Decimal, ()>> {
-    let (mantissa, exponent) = match text.find(['e', 'E']) {
-        Some(at) => (&text[..at], Some(&text[at + 1..])),
-        None => (text, None),
-    };
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-    if whole.len() + fraction.len() == 0 || !all_digits(whole) || !all_digits(fraction) {
-        return None;
-    }
-    let exponent: i64 = match exponent {
-        None => 0,
-        Some(e) => {
-            let digits = e.strip_prefix(['+', '-']).unwrap_or(e);
-            if digits.is_empty() || !all_digits(digits) || digits.len() > 4 {
-                return None;
-            }
-            let n: i64 = digits.parse().ok()?;
-            if e.starts_with('-') { -n } else { n }
-        }
-    };
-    // All the digits as one integer, then the point moved by the exponent.
-    let joined = format!("{whole}{fraction}");
-    let joined = joined.trim_start_matches('0');
-    let scale = fraction.len() as i64 - exponent;
-    let fits = || -> Option<Decimal> {
-        let mut number: i128 = if joined.is_empty() {
-            0
-        } else {
-            joined.parse().ok()?
-        };
-        let mut scale = scale;
-        while scale < 0 {
-            number = number.checked_mul(10)?;
-            scale += 1;
-        }
-        let scale = u32::try_from(scale).ok()?;
-        Decimal::try_from_i128_with_scale(number, scale).ok()
-    };
-    Some(fits().ok_or(()))
 }
 
 #[cfg(test)]
@@ -1803,7 +1647,7 @@ mod tests {
 
     #[test]
     fn numbers_are_read_exactly() {
-        let d = |s: &str| exact_decimal(s).unwrap().unwrap().to_string();
+        let d = |s: &str| crate::field::exact_decimal(s).unwrap().unwrap().to_string();
         assert_eq!(d("98.32"), "98.32");
         assert_eq!(d("12.119500"), "12.119500");
         assert_eq!(d("8.0"), "8.0");
@@ -1811,9 +1655,9 @@ mod tests {
         assert_eq!(d("1e-05"), "0.00001");
         assert_eq!(d("1.5E+3"), "1500");
         for bad in ["", ".", "1.2.3", "abc", "1e", "e5", "1,5", "0x10"] {
-            assert!(exact_decimal(bad).is_none(), "{bad}");
+            assert!(crate::field::exact_decimal(bad).is_none(), "{bad}");
         }
-        assert_eq!(exact_decimal("1e40"), Some(Err(())));
+        assert_eq!(crate::field::exact_decimal("1e40"), Some(Err(())));
     }
 
     #[test]
