@@ -296,11 +296,7 @@ fn a_70b_fp8_model_on_one_80_gb_gpu_at_16k_does_not_fit_with_vllm_defaults() {
         text.contains("verdict: does not fit") || text.contains("verdict: tight"),
         "{text}"
     );
-    assert_eq!(
-        text.contains("verdict: tight"),
-        e["fits"] == true,
-        "{text}"
-    );
+    assert_eq!(text.contains("verdict: tight"), e["fits"] == true, "{text}");
 }
 
 #[test]
