@@ -27,17 +27,18 @@ const GIB: u128 = 1 << 30;
 /// vLLM's KV cache block, in tokens (`--block-size` 16 on CUDA).
 pub const VLLM_BLOCK_TOKENS: u64 = 16;
 
-/// Bytes the profiling sampler run holds per element of its logits (rows x vocabulary): the
-/// 16-bit logits, their float32 copy, the probabilities, the sort's values and int64 indices
-/// and the cumulative sum of top-p. Checked against published logs (a 128256-token vocabulary
-/// at 256 rows: 1.26 GiB; a 201088-token vocabulary at 1024 rows: 7.4 to 7.6 GiB with the
-/// non-torch memory); off by up to a quarter either way (FlashInfer's sampler holds less).
-/// Not every run holds this much: a vLLM 0.8 (V0) log on an H100 (generative-computing/mellea
-/// pull request 416) printed a 0.23 GiB peak at 8192 batched tokens for a model whose 1.12 GiB
-/// of weights and 114688-byte KV token are Qwen3-0.6B's; 256 rows of its 151936 logits at this
-/// rate would be 1.45 GiB. The log does not say its `max_num_seqs`, so it is not in the fixture;
-/// where the rate over-counts, the budget under-states the pool, it does not over-state it.
-pub const SAMPLER_BYTES_PER_LOGIT: u128 = 40;
+/// Bytes the profiling sampler run holds per element of its logits (rows x vocabulary), as
+/// vLLM's V1 engine (the only one since 0.11) runs it: `gpu_model_runner.py`'s
+/// `_dummy_sampler_run` asks for top-k and top-p over `min(max_num_seqs, tokens)` rows, and
+/// `vllm/v1/sample/ops/topk_topp_sampler.py` (`apply_top_k_top_p`) sorts the float32 logits:
+/// the float32 copy (4 bytes), the sort's float32 values (4) and its int64 indices (8) are alive
+/// at once. No log-probabilities are computed (V0's `vllm/model_executor/layers/sampler.py`
+/// computed both probabilities and log-probabilities in float32, about 40 bytes a logit).
+/// Published vLLM 0.19 start-up logs on an H100 print a peak of 1.89 GiB (128256-token
+/// vocabulary), 2.21 GiB (151936 and 152064), 2.87 GiB (201088) and 3.65 GiB (256000) at 1024
+/// rows: 14.9 to 15.5 bytes a logit, the 16-bit logits the caller holds not adding to it. Older
+/// V0 engines held more; see the fixture data/engine-logs for how far.
+pub const SAMPLER_BYTES_PER_LOGIT: u128 = 16;
 
 /// Which engine's budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -277,16 +278,24 @@ pub fn activation_peak(
         0
     };
     let bytes = forward.max(sampler);
+    // The high end also covers the samplers of vLLM before V1's (`SAMPLER_BYTES_PER_LOGIT`):
+    // about 40 bytes a logit, since they computed log-probabilities too.
+    let older = if last_stage {
+        u128::from(rows) * u128::from(shape.vocab) * 40
+            + u128::from(tokens) * u128::from(shape.hidden) * u128::from(shape.activation_bytes)
+    } else {
+        0
+    };
     Estimated {
         bytes,
         low_bytes: scaled(bytes, 3, 4),
-        high_bytes: scaled(bytes, 3, 2),
+        high_bytes: scaled(bytes, 3, 2).max(older),
         rule: format!(
             "the larger of the forward pass over {tokens} batched tokens ({:.2} GiB: residual \
              stream, attention projections and MLP activations on this GPU) and the sampler run \
              over {rows} rows of {} logits ({:.2} GiB at {SAMPLER_BYTES_PER_LOGIT} bytes a \
              logit); an estimate that may be off by -25 % to +50 % (torch.compile fusion, \
-             attention kernels, FlashInfer sampling)",
+             attention kernels, FlashInfer sampling; up to 40 bytes a logit in vLLM before V1)",
             forward as f64 / GIB as f64,
             shape.vocab,
             sampler as f64 / GIB as f64,
@@ -294,24 +303,40 @@ pub fn activation_peak(
     }
 }
 
-/// Memory allocated outside PyTorch during the profile run.
+/// Memory allocated outside PyTorch during the profile run: what vLLM's
+/// `vllm/v1/worker/gpu_worker.py` (`determine_available_memory`, measured by
+/// `vllm/utils/mem_utils.py` `memory_profiling` as the "non-torch forward increase") takes from
+/// the budget besides the weights and the activation peak.
+///
+/// - One GPU: cuBLAS and attention-backend workspaces, 0.25 GiB (published vLLM 0.19 logs on
+///   an H100 print 0.24 to 0.27 GiB for five models).
+/// - Tensor parallel: the NCCL communicators the TP group opens
+///   (`vllm/distributed/parallel_state.py` `GroupCoordinator`: torch's ProcessGroupNCCL and
+///   `device_communicators/pynccl.py` `PyNcclCommunicator`) allocate their channel buffers on
+///   the first all-reduce, inside the profile run, besides the custom all-reduce's IPC buffers
+///   (`device_communicators/custom_all_reduce.py`). Their size is NCCL's, not vLLM's: the
+///   published logs print 2.06 to 2.07 GiB at TP 2 and 2.13 to 2.17 GiB at TP 4 (vLLM 0.19,
+///   four models, H100 NVLink) and 1.79 GiB more at TP 2 than at TP 1 (vLLM 0.6.5), so 2 GiB
+///   is used, with a range of 1.5 to 4 GiB (vLLM 0.6.5 printed 3.58 GiB at TP 2, the CUDA
+///   context then counted in; more peers, another NCCL_BUFFSIZE or other links).
 pub fn non_torch(serve: Serve, tp: u64) -> Estimated {
     match serve {
         Serve::Vllm => {
-            let bytes = if tp > 1 { GIB / 2 } else { GIB / 4 };
+            let bytes = if tp > 1 { 2 * GIB } else { GIB / 4 };
             Estimated {
                 bytes,
-                low_bytes: GIB / 32,
+                low_bytes: if tp > 1 { 3 * GIB / 2 } else { GIB / 32 },
                 high_bytes: if tp > 1 { 4 * GIB } else { 2 * GIB },
-                rule: format!(
-                    "cuBLAS workspaces{}: published vLLM logs print 0.03 to 0.43 GiB (up to 1.79 \
-                     GiB at one GPU and 3.58 GiB at two in vLLM 0.6.5)",
-                    if tp > 1 {
-                        ", NCCL and custom all-reduce buffers"
-                    } else {
-                        ""
-                    }
-                ),
+                rule: if tp > 1 {
+                    "cuBLAS workspaces, NCCL channel buffers and custom all-reduce buffers of the \
+                     tensor-parallel group (vLLM's non-torch increase of its profile run): \
+                     published vLLM 0.19 logs print 2.06 to 2.17 GiB at TP 2 and 4"
+                        .to_string()
+                } else {
+                    "cuBLAS and attention workspaces (vLLM's non-torch increase of its profile \
+                     run): published vLLM 0.19 logs print 0.24 to 0.27 GiB on one GPU"
+                        .to_string()
+                },
             }
         }
         Serve::Sglang => Estimated {
@@ -430,6 +455,108 @@ pub fn budget(
         b.kv_tokens = b.kv_blocks.saturating_mul(block);
     }
     b
+}
+
+/// A mixture of experts stored in MXFP4 (gpt-oss): what vLLM pads when it allocates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mxfp4Experts {
+    /// Experts per layer.
+    pub experts: u64,
+    /// Hidden width (each expert's input and output).
+    pub hidden: u64,
+    /// One expert's intermediate width, whole (before tensor parallelism splits it).
+    pub intermediate: u64,
+}
+
+/// The MXFP4 mixture-of-experts backend vLLM picks on a GPU and the multiples it pads to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Mxfp4Padding {
+    /// The backend, as `vllm/model_executor/layers/quantization/mxfp4.py` names it.
+    pub backend: &'static str,
+    /// `intermediate_size_per_partition` is rounded up to a multiple of this.
+    pub intermediate_multiple: u64,
+    /// `hidden_size` is rounded up to a multiple of this (1: not padded).
+    pub hidden_multiple: u64,
+}
+
+/// The backend `get_mxfp4_backend` (vllm/model_executor/layers/quantization/mxfp4.py) picks
+/// with its defaults, from the GPU's name, and the padding `Mxfp4MoEMethod.create_weights`
+/// then applies:
+///
+/// - Hopper (H100, H200, H800, GH200): Triton (`triton_kernels`, supported from SM90 to
+///   below SM110), whose `create_weights` pads the intermediate size per GPU to 64 only, but
+///   whose Hopper layouts (`mxfp4_utils.py` `_swizzle_mxfp4`: triton_kernels'
+///   `HopperMXValueLayout` and `HopperMXScaleLayout`, tiled for the wgmma kernel) load larger:
+///   published vLLM 0.19 logs on an H100 print 13.64 GiB for gpt-oss-20b at TP 1 and 7.01 GiB
+///   at TP 2, which are the Marlin shapes below to 0.05 GiB (the 64-multiple alone gives 12.81
+///   and 6.51). So Hopper is counted at Marlin's padding, as vLLM 0.10.1 also loaded it
+///   (gpt-oss-120b: 65.97 GiB printed, 65.90 by this rule; vLLM 0.14.1 printed 64.38, under it).
+/// - Blackwell data-centre GPUs (B100, B200, B300, GB200, GB300) with FlashInfer, as vLLM's
+///   CUDA wheels ship it: `SM100_FI_MXFP4_BF16`: both to multiples of 256.
+/// - Everything else vLLM runs MXFP4 on (Ampere and Ada: A100, L40S, RTX 3090/4090; SM120
+///   Blackwell such as the RTX 5090 and RTX PRO 6000, which `triton_kernels` does not
+///   support): Marlin, whose kernel needs n % 256 and k % 128: the intermediate size to a
+///   multiple of 128, the hidden size to 256.
+/// - A GPU this cannot name (AMD's pad to up to 256 as well): the largest padding, 256 and
+///   256, so the weights are never counted short.
+pub fn mxfp4_padding(gpu: &str) -> Mxfp4Padding {
+    let g = gpu.to_ascii_lowercase();
+    let has = |w: &[&str]| w.iter().any(|x| g.contains(x));
+    if has(&["h100", "h200", "h800", "gh200", "h20"]) {
+        Mxfp4Padding {
+            backend: "Triton (SM90), loaded at Marlin's padded shapes",
+            intermediate_multiple: 128,
+            hidden_multiple: 256,
+        }
+    } else if has(&["b100", "b200", "b300", "gb200", "gb300"]) {
+        Mxfp4Padding {
+            backend: "FlashInfer SM100_FI_MXFP4_BF16",
+            intermediate_multiple: 256,
+            hidden_multiple: 256,
+        }
+    } else if has(&[
+        "a100", "a800", "a10", "a40", "a30", "a6000", "l40", "l4", "3090", "4090", "4080", "3080",
+        "5090", "5080", "rtx", "pro 6000", "pro-6000",
+    ]) {
+        Mxfp4Padding {
+            backend: "Marlin",
+            intermediate_multiple: 128,
+            hidden_multiple: 256,
+        }
+    } else {
+        Mxfp4Padding {
+            backend: "unknown GPU: the largest padding vLLM applies",
+            intermediate_multiple: 256,
+            hidden_multiple: 256,
+        }
+    }
+}
+
+/// Bytes of one layer's MXFP4 experts on one GPU as `Mxfp4MoEMethod.create_weights` allocates
+/// them: `w13_weight` [E, 2I, H/2] and `w2_weight` [E, H, I/2] bytes of packed 4-bit values,
+/// their 8-bit scales one per 32 values, and the bfloat16 biases [E, 2I] and [E, H], where I is
+/// the intermediate size per GPU and both I and H are padded as `pad` says.
+pub fn mxfp4_layer_bytes(m: &Mxfp4Experts, tp: u64, pad: Option<Mxfp4Padding>) -> u128 {
+    let round = |x: u64, m: u64| x.div_ceil(m.max(1)) * m.max(1);
+    let per_gpu = m.intermediate / tp.max(1);
+    let (i, h) = match pad {
+        Some(p) => (
+            round(per_gpu, p.intermediate_multiple),
+            round(m.hidden, p.hidden_multiple),
+        ),
+        None => (per_gpu, m.hidden),
+    };
+    let (e, i, h) = (u128::from(m.experts), u128::from(i), u128::from(h));
+    let w13 = 2 * i * h / 2 + 2 * i * h / 32 + 2 * i * 2;
+    let w2 = h * i / 2 + h * i / 32 + h * 2;
+    e * (w13 + w2)
+}
+
+/// What vLLM's padding adds to `layers` layers of MXFP4 experts on one GPU of `gpu`.
+pub fn mxfp4_padding_bytes(m: &Mxfp4Experts, layers: u64, tp: u64, gpu: &str) -> u128 {
+    let padded = mxfp4_layer_bytes(m, tp, Some(mxfp4_padding(gpu)));
+    let stored = mxfp4_layer_bytes(m, tp, None);
+    u128::from(layers) * padded.saturating_sub(stored)
 }
 
 /// Why an engine would not start or would be tight, when it would not simply fit.
@@ -602,7 +729,7 @@ mod tests {
         // The sampler's 1024 rows of 128256 logits dominate the 8192-token forward pass.
         assert_eq!(
             b.activation_peak.bytes,
-            1024 * 128_256 * 40 + 8192 * 4096 * 2
+            1024 * 128_256 * SAMPLER_BYTES_PER_LOGIT + 8192 * 4096 * 2
         );
     }
 
@@ -706,6 +833,35 @@ mod tests {
             b.kv_pool_bytes,
             (fraction_of(80 * GIB, Decimal::new(87, 2)) - 16 * GIB - GIB / 2) as i128
         );
+    }
+
+    #[test]
+    fn mxfp4_experts_are_padded_as_the_backend_of_the_gpu_needs() {
+        // gpt-oss-120b: 128 experts, hidden and intermediate 2880.
+        let m = Mxfp4Experts {
+            experts: 128,
+            hidden: 2880,
+            intermediate: 2880,
+        };
+        // Hopper loads at Marlin's shapes (vLLM 0.19 printed 13.64 GiB for gpt-oss-20b on an
+        // H100, whose checkpoint holds 12.81): the padding is the same on both.
+        assert_eq!(
+            mxfp4_padding_bytes(&m, 36, 1, "H100 80GB"),
+            mxfp4_padding_bytes(&m, 36, 1, "a100-80gb")
+        );
+        let small = Mxfp4Experts { experts: 32, ..m };
+        let twenty = mxfp4_padding_bytes(&small, 24, 1, "h100-sxm") as f64 / GIB as f64;
+        assert!((twenty - 0.86).abs() < 0.01, "{twenty}");
+        // Marlin (Ampere, Ada, and Hopper in vLLM 0.10.1, whose log printed 65.97 GiB where the
+        // checkpoint holds 60.77): hidden 3072, intermediate 2944, 5.13 GiB more.
+        let marlin = mxfp4_padding_bytes(&m, 36, 1, "a100-80gb") as f64 / GIB as f64;
+        assert!((marlin - 5.13).abs() < 0.01, "{marlin}");
+        // An unknown GPU takes the largest padding: never fewer bytes than any backend.
+        let unknown = mxfp4_padding_bytes(&m, 36, 1, "mystery");
+        for g in ["h100", "b200", "a100", "rtx-4090"] {
+            assert!(unknown >= mxfp4_padding_bytes(&m, 36, 1, g), "{g}");
+        }
+        assert_eq!(mxfp4_padding("b200").hidden_multiple, 256);
     }
 
     proptest::proptest! {

@@ -69,6 +69,9 @@ pub struct EnginePlan {
     pub shape: Shape,
     /// A fitting package whose KV pool has less than this share of the card to spare is tight.
     pub tight_share: Decimal,
+    /// MXFP4 experts (gpt-oss): vLLM pads them per GPU architecture, so a GPU holds more than
+    /// the checkpoint's bytes.
+    pub mxfp4: Option<engine::Mxfp4Experts>,
 }
 
 impl Default for Plan {
@@ -320,12 +323,22 @@ fn judge_layout(
     let mut worst: Option<(Budget, engine::Verdict, u128)> = None;
     for (i, s) in stages.iter().enumerate() {
         let per_token = s.full_kv_bytes_per_token + s.sliding_kv_bytes_per_token;
+        // The weights as the engine loads them: MXFP4 experts padded for the GPU's kernels.
+        let padding = match (&e.mxfp4, e.options.serve) {
+            (Some(m), Serve::Vllm) => engine::mxfp4_padding_bytes(
+                m,
+                s.layers,
+                l.tensor_parallel,
+                &format!("{} {}", p.gpu, p.model),
+            ),
+            _ => 0,
+        };
         let b = engine::budget(
             &e.options,
             &e.shape,
             usable,
             a100,
-            s.parameter_bytes,
+            s.parameter_bytes + padding,
             per_token,
             l.tensor_parallel,
             i + 1 == count,

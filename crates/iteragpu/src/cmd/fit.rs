@@ -789,12 +789,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             activation_bytes: if bits >= 32 { 4 } else { 2 },
         }
     });
+    // MXFP4 experts as stored (no --bits given): vLLM pads them per GPU (rent::engine).
+    let mxfp4 = architecture
+        .filter(|a| {
+            args.bits.is_none()
+                && a.quantization.as_ref().and_then(|q| q.method.as_deref()) == Some("mxfp4")
+        })
+        .zip(shape)
+        .and_then(|(_, s)| {
+            s.experts.map(|(e, _)| rent::engine::Mxfp4Experts {
+                experts: e,
+                hidden: s.hidden,
+                intermediate: s.intermediate,
+            })
+        });
     let engine_plan = match (serve, shape) {
         (Serve::None, _) | (_, None) => None,
         (_, Some(shape)) => Some(EnginePlan {
             options: engine_options.clone(),
             shape,
             tight_share,
+            mxfp4,
         }),
     };
     if serve != Serve::None && engine_plan.is_none() {
