@@ -41,6 +41,7 @@ pub const MEMBERS: &[Member] = &[
     repo_file!("LICENSE"),
     repo_file!("docs/quality-protocol.md"),
     repo_file!("docs/catalogue.md"),
+    repo_file!("docs/sources.md"),
     repo_file!("data/resultats-bruts.csv"),
     repo_file!("data/tarifs-forfaits.csv"),
     repo_file!("notebooks/iteragpu-lab.ipynb"),

@@ -32,5 +32,6 @@ mod sweep;
 
 mod measure;
 mod missing_inputs;
+mod notebook;
 mod stubs;
 mod verify;
