@@ -1,12 +1,14 @@
-//! The README's examples are real: every ```console block of README.md, and of the kit's own
-//! README run inside an extracted kit, is run against the built binary and must print what the
-//! block shows.
+//! The README's examples are real: every ```console block of README.md, of every guide in
+//! `docs/` (fit.md, measure.md, fleet.md, ledger.md, kit.md, and any other page with such a
+//! block), and of the kit's own README run inside an extracted kit, is run against the built
+//! binary and must print what the block shows. README.md stays the front door: under 400 lines,
+//! with a table of contents, and every relative link of it and of the guides resolves.
 //!
 //! A block is a terminal session: `$ command` lines, each followed by what it prints (stdout and
 //! stderr together, as a terminal shows them). A command may continue on the next line after a
 //! trailing `\`, or carry a here-document (`<<'EOF'` ... `EOF`). A line `...` stands for any
 //! number of lines. All the blocks of one document run in order in one `bash`, in a new folder
-//! (README.md's with a copy of the checkout's `data/`, as from a checkout's root), so files and
+//! (README.md's and each guide's with a copy of the checkout's `data/`, as from a checkout's root), so files and
 //! variables carry over from block to block as in a real session. A command
 //! whose expected output has an `iteragpu: error:` line must fail; any other must succeed.
 //!
@@ -362,11 +364,11 @@ fn gpu_usable() -> bool {
         .unwrap_or(false)
 }
 
-/// Runs every console example of `document` in `dir` and fails with a diff of each one that
-/// drifted (or rewrites them under [`BLESS`]).
-fn check_document(document: &Path, dir: &Path, path: &str) {
+/// Runs every console example of `document` in `dir`; an error holds a diff of each one that
+/// drifted, each named `name:line` (under [`BLESS`] they are rewritten instead). `name` is how
+/// the failures name the document (`README.md`, `docs/fit.md`).
+fn check_document(document: &Path, name: &str, dir: &Path, path: &str) -> Result<(), String> {
     let text = std::fs::read_to_string(document).unwrap();
-    let name = document.file_name().unwrap().to_string_lossy().into_owned();
     let skip_gpu = gpu_usable();
     let all = examples(&text);
     assert!(!all.is_empty(), "{name} has no console example");
@@ -422,7 +424,7 @@ fn check_document(document: &Path, dir: &Path, path: &str) {
         ));
     }
     if failures.is_empty() {
-        return;
+        return Ok(());
     }
     if std::env::var_os(BLESS).is_some() {
         let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
@@ -433,13 +435,13 @@ fn check_document(document: &Path, dir: &Path, path: &str) {
         new.push('\n');
         std::fs::write(document, new).unwrap();
         eprintln!("{name}: rewrote the drifted examples from this machine's output:{failures}");
-        return;
+        return Ok(());
     }
-    panic!(
-        "{name}: examples that print something else now (- the README, + this build; both \
+    Err(format!(
+        "{name}: examples that print something else now (- the document, + this build; both \
          normalised):{failures}\nIf the new output is right: {BLESS}=1 cargo test --release \
          --locked --test cli readme, then review the diff of {name}."
-    );
+    ))
 }
 
 fn path_with(dir: &Path) -> String {
@@ -466,13 +468,14 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-/// The README's examples run as from a checkout's root: in a new folder holding a copy of the
-/// checkout's `data/` (the example model configurations), where every file they write lands.
-/// Where the README's torch engine example finds its torch, relative to the checkout.
+/// Where the torch engine's examples find their torch, relative to the checkout (and to the
+/// folder the examples run in, where it is linked when the checkout has one).
 const TORCH_VENV: &str = ".cache/torch/venv";
 
-#[test]
-fn readme_console_examples_print_what_they_show() {
+/// A folder for one document's examples, as from a checkout's root: new, holding a copy of the
+/// checkout's `data/` (the example model configurations) and, when the checkout has
+/// `.cache/torch/venv`, a link to it; every file the examples write lands there.
+fn checkout_like_folder() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     copy_tree(&repo().join("data"), &dir.path().join("data"));
     let venv = repo().join(TORCH_VENV);
@@ -480,8 +483,230 @@ fn readme_console_examples_print_what_they_show() {
         std::fs::create_dir_all(dir.path().join(".cache/torch")).unwrap();
         std::os::unix::fs::symlink(&venv, dir.path().join(TORCH_VENV)).unwrap();
     }
-    let bin = Path::new(env!("CARGO_BIN_EXE_iteragpu")).parent().unwrap();
-    check_document(&repo().join("README.md"), dir.path(), &path_with(bin));
+    dir
+}
+
+/// The folder of the binary under test, first on the examples' PATH.
+fn built_path() -> String {
+    path_with(Path::new(env!("CARGO_BIN_EXE_iteragpu")).parent().unwrap())
+}
+
+#[test]
+fn readme_console_examples_print_what_they_show() {
+    let dir = checkout_like_folder();
+    if let Err(failures) = check_document(
+        &repo().join("README.md"),
+        "README.md",
+        dir.path(),
+        &built_path(),
+    ) {
+        panic!("{failures}");
+    }
+}
+
+/// The guides README.md sends a reader to, one per area; each must hold examples.
+const GUIDES: &[&str] = &["fit.md", "measure.md", "fleet.md", "ledger.md", "kit.md"];
+
+/// Documents of `docs/` whose console examples another test runs, in a set-up of its own.
+const RUN_ELSEWHERE: &[(&str, &str)] = &[(
+    "quality-protocol.md",
+    "ledger.rs, the_quality_protocol_example_runs_as_written (its protocol file comes from the page)",
+)];
+
+/// Every Markdown file of `docs/`, by name.
+fn docs_markdown() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Every ```console block of every guide in `docs/` runs as README.md's do, each guide in a
+/// folder of its own (its blocks in order, as one session), and the failures of all of them are
+/// reported together, each as `docs/<guide>:<line>`.
+#[test]
+fn guide_console_examples_print_what_they_show() {
+    let names = docs_markdown();
+    for guide in GUIDES {
+        assert!(names.iter().any(|n| n == guide), "docs/{guide} is missing");
+    }
+    let mut failures = Vec::new();
+    let mut ran = 0;
+    for name in &names {
+        let file = repo().join("docs").join(name);
+        let text = std::fs::read_to_string(&file).unwrap();
+        let count = examples(&text).len();
+        if GUIDES.contains(&name.as_str()) {
+            assert!(count > 0, "docs/{name} is a guide with no console example");
+        }
+        if count == 0 {
+            continue;
+        }
+        if let Some((_, by)) = RUN_ELSEWHERE.iter().find(|(n, _)| n == name) {
+            eprintln!("docs/{name}: its examples are run by {by}");
+            continue;
+        }
+        let dir = checkout_like_folder();
+        let shown = format!("docs/{name}");
+        if let Err(f) = check_document(&file, &shown, dir.path(), &built_path()) {
+            failures.push(f);
+        }
+        ran += 1;
+    }
+    assert!(ran >= GUIDES.len(), "only {ran} guides ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// GitHub's anchor for a heading: lower case, punctuation but `-` and `_` dropped, each space a
+/// `-`; a repeated anchor gets `-1`, `-2`, ...
+fn anchors(markdown: &str) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced || !line.starts_with('#') {
+            continue;
+        }
+        let title = line.trim_start_matches('#').trim();
+        let slug: String = title
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let mut unique = slug.clone();
+        let mut n = 0;
+        while seen.contains(&unique) {
+            n += 1;
+            unique = format!("{slug}-{n}");
+        }
+        seen.push(unique);
+    }
+    seen
+}
+
+/// The links of `markdown` outside fenced blocks and code spans, with their 1-based lines.
+fn links(markdown: &str) -> Vec<(usize, String)> {
+    let link = Regex::new(r"\[[^\]]*\]\(([^)\s]+)\)").unwrap();
+    let code = Regex::new(r"`[^`]*`").unwrap();
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for (i, line) in markdown.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        let plain = code.replace_all(line, "");
+        for c in link.captures_iter(&plain) {
+            out.push((i + 1, c[1].to_string()));
+        }
+    }
+    out
+}
+
+/// Why `target`, linked from `from`, does not resolve: a relative link must name a file of the
+/// checkout, and an anchor a heading of its Markdown file.
+fn unresolved(from: &Path, target: &str) -> Option<String> {
+    if target.starts_with("http://") || target.starts_with("https://") {
+        return None;
+    }
+    let (file, anchor) = match target.split_once('#') {
+        Some((f, a)) => (f, Some(a)),
+        None => (target, None),
+    };
+    let path = if file.is_empty() {
+        from.to_path_buf()
+    } else {
+        from.parent().unwrap().join(file)
+    };
+    if !path.exists() {
+        return Some(format!("{} does not exist", path.display()));
+    }
+    match anchor {
+        Some(a) if path.extension().is_some_and(|e| e == "md") => {
+            let text = std::fs::read_to_string(&path).unwrap();
+            (!anchors(&text).iter().any(|h| h == a))
+                .then(|| format!("no heading of {} has the anchor #{a}", path.display()))
+        }
+        _ => None,
+    }
+}
+
+/// README.md is the front door: under 400 lines, with a table of contents (a `## Contents`
+/// list) that links every other `##` section, each link to a heading that exists.
+#[test]
+fn readme_is_short_with_a_table_of_contents() {
+    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let lines = text.lines().count();
+    assert!(
+        lines < 400,
+        "README.md has {lines} lines: the detail belongs in docs/"
+    );
+    let all: Vec<&str> = text.lines().collect();
+    let at = all
+        .iter()
+        .position(|l| *l == "## Contents")
+        .expect("README.md has a `## Contents` section");
+    let entry = Regex::new(r"^\s*[-*] \[[^\]]+\]\(#([^)]+)\)").unwrap();
+    let listed: Vec<String> = all[at + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("## "))
+        .filter_map(|l| entry.captures(l).map(|c| c[1].to_string()))
+        .collect();
+    let headings = anchors(&text);
+    for a in &listed {
+        assert!(
+            headings.contains(a),
+            "the contents link #{a}, which no heading has"
+        );
+    }
+    let sections: Vec<String> = all
+        .iter()
+        .filter(|l| l.starts_with("## ") && **l != "## Contents")
+        .map(|l| anchors(l).remove(0))
+        .collect();
+    assert!(sections.len() >= 5, "{sections:?}");
+    for s in &sections {
+        assert!(
+            listed.contains(s),
+            "the contents do not list the section #{s}"
+        );
+    }
+}
+
+/// Every relative link of README.md and of the guides in docs/ names a file of the checkout,
+/// and every anchor a heading of its page.
+#[test]
+fn every_relative_link_in_readme_and_guides_resolves() {
+    let mut files = vec!["README.md".to_string()];
+    files.extend(docs_markdown().iter().map(|n| format!("docs/{n}")));
+    let mut bad = Vec::new();
+    let mut checked = 0;
+    for name in &files {
+        let file = repo().join(name);
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (line, target) in links(&text) {
+            checked += 1;
+            if let Some(why) = unresolved(&file, &target) {
+                bad.push(format!("{name}:{line}: ({target}) {why}"));
+            }
+        }
+    }
+    assert!(checked > 20, "only {checked} links found");
+    assert!(
+        bad.is_empty(),
+        "links that do not resolve:\n{}",
+        bad.join("\n")
+    );
 }
 
 fn skip_aarch64() -> bool {
@@ -565,7 +790,9 @@ fn kit_readme_examples_run_inside_the_extracted_kit() {
     );
     let copy = work.path().join("README-kit.md");
     std::fs::copy(&readme, &copy).unwrap();
-    check_document(&copy, &top, &path);
+    if let Err(failures) = check_document(&copy, "README-kit.md", &top, &path) {
+        panic!("{failures}");
+    }
     if std::env::var_os(BLESS).is_some() {
         std::fs::copy(&copy, repo().join("README-kit.md")).unwrap();
     }
@@ -661,6 +888,34 @@ mod harness {
             measured,
             strings(&["device cpu ([CPU]) | float32", "load [N] 129.50 KiB [N]"])
         );
+    }
+
+    #[test]
+    fn anchors_and_links_follow_github() {
+        let page = "# IteraGPU Lab\n## The whole lot: `environment --device all`\n```\n# not a heading\n```\n## One node of several: the package's share\n## Exit codes\n## Exit codes\n";
+        assert_eq!(
+            anchors(page),
+            strings(&[
+                "iteragpu-lab",
+                "the-whole-lot-environment---device-all",
+                "one-node-of-several-the-packages-share",
+                "exit-codes",
+                "exit-codes-1",
+            ])
+        );
+        let text = "see [fit](docs/fit.md#fit) and `[not](a-link.md)`\n```\n[no](x.md)\n```\n![pic](docs/p.png)\n";
+        assert_eq!(
+            links(text),
+            vec![
+                (1, "docs/fit.md#fit".to_string()),
+                (5, "docs/p.png".to_string())
+            ]
+        );
+        let readme = repo().join("README.md");
+        assert!(unresolved(&readme, "docs/no-such-guide.md").is_some());
+        assert!(unresolved(&readme, "#no-such-heading").is_some());
+        assert!(unresolved(&readme, "LICENSE").is_none());
+        assert!(unresolved(&readme, "https://example.org/x").is_none());
     }
 
     #[test]
