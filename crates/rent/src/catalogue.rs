@@ -518,19 +518,7 @@ impl Parser {
         value: &str,
         expected: &'static str,
     ) -> Result<String, CatalogueError> {
-        if value.is_empty() {
-            return Err(self.field_error(row, column, FieldProblem::Empty { expected }));
-        }
-        if value.chars().any(lab_io::text::is_unsafe_char) {
-            return Err(self.field_error(
-                row,
-                column,
-                FieldProblem::Control {
-                    value: value.to_string(),
-                    expected,
-                },
-            ));
-        }
+        crate::field::text(value, expected).map_err(|p| self.field_error(row, column, p))?;
         Ok(value.to_string())
     }
 

@@ -18,6 +18,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::catalogue::Catalogue;
+use crate::field::FieldProblem;
+use crate::rows::{LineCounter, line_of};
 
 /// The columns, in the order the bundled file uses.
 pub const COLUMNS: [&str; 15] = [
@@ -340,50 +342,53 @@ impl Datasheet {
     }
 }
 
-fn field_error(file: &str, row: u64, column: &str, problem: String) -> DatasheetError {
+fn field_error(file: &str, row: u64, column: &str, problem: impl ToString) -> DatasheetError {
     DatasheetError::Field {
         file: file.to_string(),
         row,
         column: column.to_string(),
-        problem,
+        problem: problem.to_string(),
     }
 }
 
+/// Lowercase letters, digits and `-`, not starting with `-`: the catalogue's slug rule.
 fn is_slug(s: &str) -> bool {
     !s.is_empty()
+        && !s.starts_with('-')
         && s.bytes()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-/// A plain positive decimal (`4800`, `66.9`): digits with at most one point, not zero.
-fn positive_decimal(text: &str) -> Result<f64, String> {
-    let ok = !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && text.bytes().filter(|b| *b == b'.').count() <= 1
-        && !text.starts_with('.')
-        && !text.ends_with('.');
-    let not_decimal = || {
-        format!(
-            "`{text}` is not a plain decimal number; expected a positive figure such as 4800 or 66.9"
-        )
-    };
-    if !ok {
-        return Err(not_decimal());
+/// What a figure column holds, in its problems' words.
+const FIGURE: &str = "a positive figure such as 4800 or 66.9";
+
+/// A positive figure (`4800`, `66.9`, `1.5e3`), read as the catalogue and the offers file read
+/// theirs ([`crate::field::decimal`]); empty is a problem here, an optional column checks that
+/// first.
+fn figure(text: &str) -> Result<f64, FieldProblem> {
+    use rust_decimal::prelude::ToPrimitive;
+    match crate::field::decimal(text, FIGURE, true)? {
+        // A decimal of at most 28 digits is always a finite f64.
+        Some(d) => d.to_f64().ok_or(FieldProblem::TooLarge {
+            value: text.to_string(),
+            expected: FIGURE,
+        }),
+        None => Err(FieldProblem::Empty { expected: FIGURE }),
     }
-    let value: f64 = text.parse().map_err(|_| not_decimal())?;
-    if value <= 0.0 || !value.is_finite() {
-        return Err(format!(
-            "`{text}` is not positive; expected a positive figure"
-        ));
-    }
-    Ok(value)
 }
 
-fn whole(text: &str, allowed: &[u32], expected: &str) -> Result<u32, String> {
-    text.parse::<u32>()
-        .ok()
-        .filter(|v| allowed.contains(v) && text.bytes().all(|b| b.is_ascii_digit()))
-        .ok_or_else(|| format!("`{text}` is not {expected}"))
+/// A CSV fault, at the row an editor shows (CRLF files included: see [`line_of`]).
+fn syntax_error(file: &str, content: &[u8], e: &csv::Error) -> DatasheetError {
+    DatasheetError::Syntax {
+        file: file.to_string(),
+        row: line_of(content, e.position()),
+        message: match e.kind() {
+            csv::ErrorKind::Utf8 { .. } => {
+                "is not valid UTF-8 text; expected a UTF-8 CSV file".to_string()
+            }
+            _ => e.to_string(),
+        },
+    }
 }
 
 fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError> {
@@ -391,13 +396,7 @@ fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError
     let mut records = reader.records();
     let header = match records.next() {
         Some(Ok(h)) => h,
-        Some(Err(e)) => {
-            return Err(DatasheetError::Syntax {
-                file: file.to_string(),
-                row: 1,
-                message: e.to_string(),
-            });
-        }
+        Some(Err(e)) => return Err(syntax_error(file, content, &e)),
         None => {
             return Err(DatasheetError::Syntax {
                 file: file.to_string(),
@@ -436,41 +435,31 @@ fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError
     let mut rows = Vec::new();
     let mut keys: HashMap<(String, String), u64> = HashMap::new();
     let mut names: HashMap<String, u64> = HashMap::new();
+    let width = header.len();
+    let mut lines = LineCounter::default();
     for record in records {
-        let record = record.map_err(|e| DatasheetError::Syntax {
-            file: file.to_string(),
-            row: e.position().map_or(0, |p| p.line()),
-            message: match e.kind() {
-                csv::ErrorKind::Utf8 { .. } => {
-                    "is not valid UTF-8 text; expected a UTF-8 CSV file".to_string()
-                }
-                _ => e.to_string(),
-            },
-        })?;
-        let row = record.position().map_or(0, |p| p.line());
+        let record = record.map_err(|e| syntax_error(file, content, &e))?;
+        let row = lines.line_of(content, record.position());
         if record.iter().all(str::is_empty) {
             continue;
         }
-        if record.len() != header.len() {
-            return Err(field_error(
-                file,
-                row,
-                "#",
-                format!(
-                    "the row has {} fields, the header {}; expected one field per column",
-                    record.len(),
-                    header.len()
-                ),
-            ));
+        // As the catalogue names them: the first extra field, or the first missing column.
+        let (found, expected) = (record.len(), width);
+        if found > width {
+            let problem = FieldProblem::Extra { found, expected };
+            return Err(field_error(file, row, &format!("#{}", width + 1), problem));
+        }
+        if found < width {
+            let problem = FieldProblem::Missing { found, expected };
+            return Err(field_error(file, row, &header[found], problem));
         }
         let get = |column: &str| record.get(index[column]).unwrap_or("");
         let bad = |column: &str, problem: String| field_error(file, row, column, problem);
+        let problem = |column: &str, problem: FieldProblem| field_error(file, row, column, problem);
         let gpu = get("gpu");
         if !is_slug(gpu) {
-            return Err(bad(
-                "gpu",
-                format!("`{gpu}` is not a GPU slug; expected a catalogue slug such as h100-sxm"),
-            ));
+            let value = gpu.to_string();
+            return Err(problem("gpu", FieldProblem::Slug { value }));
         }
         let variant = get("variant");
         if !is_slug(variant) {
@@ -490,11 +479,11 @@ fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError
             ));
         }
         let model = get("model");
-        if model.is_empty() {
-            return Err(bad(
-                "model",
-                "is empty; expected the model's display name".into(),
-            ));
+        crate::field::text(model, "the model's display name").map_err(|p| problem("model", p))?;
+        let listed = get("cuda_names");
+        if !listed.is_empty() {
+            crate::field::text(listed, "CUDA names separated by `|`")
+                .map_err(|p| problem("cuda_names", p))?;
         }
         let cuda_names: Vec<String> = if get("cuda_names").is_empty() {
             Vec::new()
@@ -521,7 +510,7 @@ fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError
                 ));
             }
         }
-        let number = |column: &str| positive_decimal(get(column)).map_err(|p| bad(column, p));
+        let number = |column: &str| figure(get(column)).map_err(|p| problem(column, p));
         let optional = |column: &str| -> Result<Option<f64>, DatasheetError> {
             if get(column).is_empty() {
                 Ok(None)
@@ -529,30 +518,28 @@ fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError
                 number(column).map(Some)
             }
         };
-        let pcie_generation = whole(
+        let pcie_generation = crate::field::one_of(
             get("pcie_generation"),
+            "a PCIe generation",
             &[1, 2, 3, 4, 5, 6],
-            "a PCIe generation; expected 1 to 6",
+            "1 to 6",
         )
-        .map_err(|p| bad("pcie_generation", p))?;
-        let pcie_lanes = whole(
+        .map_err(|p| problem("pcie_generation", p))?;
+        let pcie_lanes = crate::field::one_of(
             get("pcie_lanes"),
+            "a PCIe lane count",
             &[1, 2, 4, 8, 16],
-            "a PCIe lane count; expected 1, 2, 4, 8 or 16",
+            "1, 2, 4, 8 or 16",
         )
-        .map_err(|p| bad("pcie_lanes", p))?;
+        .map_err(|p| problem("pcie_lanes", p))?;
         let nvlink_gb_s = optional("nvlink_gb_s")?;
         let nvlink_links = if get("nvlink_links").is_empty() {
             None
         } else {
             let links: Vec<u32> = (1..=18).collect();
             Some(
-                whole(
-                    get("nvlink_links"),
-                    &links,
-                    "a link count; expected 1 to 18",
-                )
-                .map_err(|p| bad("nvlink_links", p))?,
+                crate::field::one_of(get("nvlink_links"), "a link count", &links, "1 to 18")
+                    .map_err(|p| problem("nvlink_links", p))?,
             )
         };
         if nvlink_links.is_some() && nvlink_gb_s.is_none() {
@@ -562,12 +549,8 @@ fn parse(file: &str, content: &[u8]) -> Result<Vec<DatasheetRow>, DatasheetError
             ));
         }
         let source = get("source");
-        if source.is_empty() {
-            return Err(bad(
-                "source",
-                "is empty; expected the public source of the row's figures".into(),
-            ));
-        }
+        crate::field::text(source, "the public source of the row's figures")
+            .map_err(|p| problem("source", p))?;
         rows.push(DatasheetRow {
             gpu: gpu.to_string(),
             variant: variant.to_string(),
@@ -661,17 +644,45 @@ mod tests {
         let e = load(&with("fp32_tflops", "67 TF")).unwrap_err().to_string();
         assert_eq!(
             e,
-            "the datasheet table t.csv, row 2, column `fp32_tflops`: `67 TF` is not a plain decimal number; expected a positive figure such as 4800 or 66.9"
+            "the datasheet table t.csv, row 2, column `fp32_tflops`: `67 TF` is not a number; expected a positive figure such as 4800 or 66.9"
         );
         let e = load(&with("memory_bandwidth_gb_s", "0"))
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("column `memory_bandwidth_gb_s`: `0` is not positive"),
+            e.contains("column `memory_bandwidth_gb_s`: `0` is zero; expected a positive figure"),
             "{e}"
         );
         let e = load(&with("pcie_generation", "7")).unwrap_err().to_string();
-        assert!(e.contains("expected 1 to 6"), "{e}");
+        assert!(
+            e.ends_with("`7` is not a PCIe generation; expected 1 to 6"),
+            "{e}"
+        );
+        let e = load(&with("pcie_generation", "4.0"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with("`4.0` is not a whole number; expected 1 to 6"),
+            "{e}"
+        );
+        let e = load(&with("nvlink_links", "-2")).unwrap_err().to_string();
+        assert!(e.ends_with("`-2` is negative; expected 1 to 18"), "{e}");
+        let e = load(&with("fp8_tflops", "1e99999"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`1e99999` is not a number"), "{e}");
+        let e = load(&with("bf16_tflops", "")).unwrap_err().to_string();
+        assert!(e.contains("column `bf16_tflops`: is empty"), "{e}");
+        // A figure in the exponent form pandas writes is the same figure.
+        let d = load(&with("fp32_tflops", "6.69e1")).unwrap();
+        assert_eq!(d.rows()[0].fp32_tflops, 66.9);
+        let e = load(&with("model", "H200\u{2028}rm -rf"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("column `model`: `H200\\u{2028}rm -rf` holds a line break"),
+            "{e}"
+        );
         let e = load(&with("pcie_lanes", "12")).unwrap_err().to_string();
         assert!(e.contains("expected 1, 2, 4, 8 or 16"), "{e}");
         let e = load(&with("source", "")).unwrap_err().to_string();
@@ -721,7 +732,24 @@ mod tests {
         let e = load(&format!("{HEADER}\n{ROW},extra\n"))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("the row has 16 fields, the header 15"), "{e}");
+        assert!(
+            e.ends_with("row 2, column `#16`: is extra (the row has 16 fields, the header 15)"),
+            "{e}"
+        );
+        let short = ROW.rsplit_once(',').unwrap().0;
+        let e = load(&format!("{HEADER}\n{short}\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.ends_with(
+                "row 2, column `source`: is missing (the row has 14 fields, the header 15)"
+            ),
+            "{e}"
+        );
+        // Row numbers are the editor's, CRLF line ends included.
+        let crlf = format!("{HEADER}\r\n{ROW}\r\n{ROW}\r\n");
+        let e = load(&crlf).unwrap_err().to_string();
+        assert!(e.contains("row 3, column `variant`"), "{e}");
         let big = "x".repeat(MAX_DATASHEET_BYTES as usize + 1);
         assert!(matches!(load(&big), Err(DatasheetError::TooLarge { .. })));
     }
@@ -740,9 +768,9 @@ mod tests {
     proptest! {
         #[test]
         fn any_text_in_a_numeric_field_is_an_error_or_a_positive_number(text in "[0-9a-z.,+ -]{0,8}") {
-            match positive_decimal(&text) {
+            match figure(&text) {
                 Ok(v) => prop_assert!(v > 0.0 && v.is_finite()),
-                Err(e) => prop_assert!(!e.is_empty()),
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
             }
         }
 

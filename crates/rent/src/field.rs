@@ -84,6 +84,16 @@ pub enum FieldProblem {
         /// What the column holds.
         expected: &'static str,
     },
+    /// A whole number the column does not allow (a PCIe generation past 6, 12 lanes).
+    #[error("`{value}` is not {what}; expected {expected}")]
+    NotAllowed {
+        /// The field.
+        value: String,
+        /// What the column holds.
+        what: &'static str,
+        /// The values it allows.
+        expected: &'static str,
+    },
     /// A duration other than 3, 7 or 30.
     #[error("`{value}` days is not an offered duration; expected 3, 7 or 30")]
     Duration {
@@ -193,6 +203,40 @@ pub(crate) fn positive(value: &str, expected: &'static str) -> Result<u64, Field
     } else {
         problem(|value, expected| FieldProblem::NotANumber { value, expected })
     })
+}
+
+/// A positive whole number among `allowed` (`expected` lists them): a number of another kind
+/// is [`positive`]'s problem, a number outside them is [`FieldProblem::NotAllowed`].
+pub(crate) fn one_of(
+    value: &str,
+    what: &'static str,
+    allowed: &[u32],
+    expected: &'static str,
+) -> Result<u32, FieldProblem> {
+    let number = positive(value, expected)?;
+    u32::try_from(number)
+        .ok()
+        .filter(|n| allowed.contains(n))
+        .ok_or_else(|| FieldProblem::NotAllowed {
+            value: value.to_string(),
+            what,
+            expected,
+        })
+}
+
+/// Text on one line: empty is [`FieldProblem::Empty`], a control character (a line break
+/// among them) [`FieldProblem::Control`].
+pub(crate) fn text(value: &str, expected: &'static str) -> Result<(), FieldProblem> {
+    if value.is_empty() {
+        return Err(FieldProblem::Empty { expected });
+    }
+    if value.chars().any(lab_io::text::is_unsafe_char) {
+        return Err(FieldProblem::Control {
+            value: value.to_string(),
+            expected,
+        });
+    }
+    Ok(())
 }
 
 /// An empty cell (`None`), or an exact non-negative decimal: digits with at most one point,
