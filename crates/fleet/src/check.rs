@@ -38,6 +38,9 @@ use lab::measure::document::{MEASUREMENT_LIMIT, MEASUREMENT_SCHEMA, MeasurementD
 use lab::node::NodeIdentity;
 use lab::probe::{LOT_OUTLIER_PERCENT, PROBE_SCHEMA, ProbeDocument};
 use lab::stats::low_outliers_of_lot;
+use lab_torch::collective::{
+    COLLECTIVE_LIMIT, COLLECTIVE_SCHEMA, CollectiveDocument, SizeResult, judge, slow_pairs,
+};
 use rent::datasheet::Datasheet;
 
 use crate::{Check, Device, JOB_FILE, PLAN_FILE, Plan};
@@ -96,6 +99,9 @@ pub struct CheckOptions {
     /// The plan file, when it is not `DIR/fleet.json` (`fleet skypilot` writes it beside the
     /// task YAML).
     pub plan: Option<PathBuf>,
+    /// The all-reduce bus bandwidth the package's fabric should give at 1 GiB, GB/s: what the
+    /// provider promises, stated by the renter (the catalogue does not know the fabric).
+    pub expected_busbw_gb_s: Option<f64>,
 }
 
 impl Default for CheckOptions {
@@ -106,6 +112,7 @@ impl Default for CheckOptions {
             outlier_percent: LOT_OUTLIER_PERCENT,
             nodes: None,
             plan: None,
+            expected_busbw_gb_s: None,
         }
     }
 }
@@ -281,6 +288,9 @@ pub struct FleetVerdict {
     pub package: Option<Expectation>,
     /// Outliers against the fleet.
     pub outliers: Vec<FleetOutlier>,
+    /// The collective check's judgement, when the plan (or a node) ran it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<CollectiveVerdict>,
     /// Every finding, those that fail the verdict first.
     pub findings: Vec<FleetFinding>,
     /// How many findings fail the verdict.
@@ -293,6 +303,40 @@ pub struct FleetVerdict {
     pub ok: bool,
     /// 0 when `ok`, else 1.
     pub exit_code: u8,
+}
+
+/// The network between the nodes, as the collective check measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveVerdict {
+    /// `passed`, `failed` or `not checked`.
+    pub verdict: String,
+    /// `nccl` or `gloo` (the first rank's).
+    pub backend: Option<String>,
+    /// What NCCL chose (`IB`, `Socket`, ...) or `gloo TCP`.
+    pub transport: Option<String>,
+    /// The run's ranks.
+    pub world_size: Option<u32>,
+    /// The documents found, one per rank.
+    pub documents: usize,
+    /// The all-reduce bus bandwidth at the largest size, GB/s.
+    pub busbw_gb_s: Option<f64>,
+    /// What it was held to, GB/s (`--expect-busbw`).
+    pub expected_busbw_gb_s: Option<f64>,
+    /// The curve, as nccl-tests prints it: rank 0's rows (the time is the slowest rank's).
+    pub curve: Vec<SizeResult>,
+    /// The pair pass: the all-reduce bus bandwidth at the largest size over each pair of nodes.
+    pub pairs: Vec<PairFigure>,
+}
+
+/// One run of the pair pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairFigure {
+    /// The first node.
+    pub a: String,
+    /// The second node.
+    pub b: String,
+    /// The all-reduce bus bandwidth at the largest size, GB/s, when the pair measured it.
+    pub busbw_gb_s: Option<f64>,
 }
 
 impl FleetVerdict {
@@ -309,6 +353,7 @@ struct NodeDocuments {
     environment: Option<EnvironmentReport>,
     probe: Option<ProbeDocument>,
     measure: Option<MeasurementDocument>,
+    collective: Option<CollectiveDocument>,
 }
 
 fn first_line(bytes: &[u8]) -> Option<String> {
@@ -464,6 +509,9 @@ fn read_document(path: &Path, check: Check, docs: &mut NodeDocuments) -> Result<
             if let Some(e) = partial {
                 return Err(e);
             }
+        }
+        (Check::Collective, COLLECTIVE_SCHEMA) => {
+            docs.collective = Some(serde_json::from_value(value).map_err(wrong)?);
         }
         (_, other) => {
             return Err(format!(
@@ -641,6 +689,9 @@ fn identities(docs: &NodeDocuments) -> Vec<(Check, &NodeIdentity)> {
     }
     if let Some(i) = docs.measure.as_ref().and_then(|d| d.node.as_ref()) {
         out.push((Check::Measure, i));
+    }
+    if let Some(i) = docs.collective.as_ref().and_then(|d| d.node.as_ref()) {
+        out.push((Check::Collective, i));
     }
     out
 }
@@ -1434,6 +1485,16 @@ pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetEr
             "the package: none given (--package GPU:DAYS:LOTS, or a plan of GPUs), so the GPU count, models and memory over all nodes were not checked".to_string(),
         );
     }
+    let collective = required.contains(&Check::Collective).then(|| {
+        judge_collective(
+            dir,
+            &read,
+            plan.as_ref(),
+            options.expected_busbw_gb_s,
+            &mut findings,
+            &mut not_checked,
+        )
+    });
     findings.sort_by_key(|f| f.effect == Effect::Warns);
     let failures = findings
         .iter()
@@ -1452,6 +1513,7 @@ pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetEr
         gpus,
         package,
         outliers,
+        collective,
         findings,
         failures,
         warnings,
@@ -1459,6 +1521,252 @@ pub fn check(dir: &Path, options: &CheckOptions) -> Result<FleetVerdict, FleetEr
         ok,
         exit_code: u8::from(!ok),
     })
+}
+
+/// What a `collective.<...>.json` or `.exit` file of a node folder belongs to: the whole run
+/// (another local rank) or a pair of nodes.
+enum CollectiveFile {
+    Whole,
+    Pair(String, String),
+}
+
+/// Reads `collective.<l>`, `collective.pair-<a>-<b>` and `collective.pair-<a>-<b>.<l>` (the
+/// stem after `collective.`); `a` and `b` must be nodes of the fleet.
+fn collective_file(stem: &str, names: &[&str]) -> Option<CollectiveFile> {
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if digits(stem) {
+        return Some(CollectiveFile::Whole);
+    }
+    let pair = match stem.rsplit_once('.') {
+        Some((p, l)) if digits(l) => p,
+        _ => stem,
+    };
+    let rest = pair.strip_prefix("pair-")?;
+    names.iter().find_map(|a| {
+        let b = rest.strip_prefix(a)?.strip_prefix('-')?;
+        names
+            .contains(&b)
+            .then(|| CollectiveFile::Pair(a.to_string(), b.to_string()))
+    })
+}
+
+/// The all-reduce bus bandwidth at the largest size of a run, from its first rank's document.
+fn largest_busbw(docs: &[CollectiveDocument]) -> Option<f64> {
+    docs.iter()
+        .min_by_key(|d| d.rank)?
+        .results
+        .iter()
+        .filter(|r| r.op == "all_reduce")
+        .max_by_key(|r| r.bytes)
+        .map(|r| r.busbw_gb_s)
+}
+
+/// The collective check over every node: the whole run judged by
+/// [`lab_torch::collective::judge`] (every rank, every result, the fabric, the bus bandwidth
+/// against `expected`), then the pair pass ([`lab_torch::collective::slow_pairs`]). On gloo, the
+/// CPU test path, a slow pair only warns: its figure is the host's load, not a fabric's.
+fn judge_collective(
+    dir: &Path,
+    read: &[NodeRead],
+    plan: Option<&Plan>,
+    expected: Option<f64>,
+    findings: &mut Vec<FleetFinding>,
+    not_checked: &mut Vec<String>,
+) -> CollectiveVerdict {
+    let names: Vec<&str> = read
+        .iter()
+        .filter(|n| n.exists)
+        .map(|n| n.folder.as_str())
+        .collect();
+    let mut docs: Vec<CollectiveDocument> = Vec::new();
+    let mut pairs: BTreeMap<(String, String), Vec<CollectiveDocument>> = BTreeMap::new();
+    let mut pair_failures: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
+    for n in read.iter().filter(|n| n.exists) {
+        if let Some(d) = &n.docs.collective {
+            docs.push(d.clone());
+        }
+        let folder = dir.join(&n.folder);
+        let mut files: Vec<String> = std::fs::read_dir(&folder)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(String::from))
+            .filter(|f| f.starts_with("collective."))
+            .collect();
+        files.sort();
+        for file in files {
+            let Some((stem, ext)) = file["collective.".len()..].rsplit_once('.') else {
+                continue;
+            };
+            let Some(kind) = collective_file(stem, &names) else {
+                continue;
+            };
+            let path = folder.join(&file);
+            match ext {
+                "json" => {
+                    let parsed = read_regular(&path, COLLECTIVE_LIMIT, "a collective document")
+                        .and_then(|b| {
+                            lab_torch::collective::parse(&b.unwrap_or_default())
+                                .map_err(|e| format!("{file} does not read: {e}"))
+                        });
+                    match (parsed, kind) {
+                        (Ok(d), CollectiveFile::Whole) => docs.push(d),
+                        (Ok(d), CollectiveFile::Pair(a, b)) => {
+                            pairs.entry((a, b)).or_default().push(d)
+                        }
+                        (Err(e), CollectiveFile::Whole) => findings.push(FleetFinding::fails(
+                            "collective_unreadable",
+                            Some(&n.folder),
+                            format!("node {}: {e}", n.folder),
+                            "every rank's document is what the collective is judged on",
+                            json!({"node": n.folder, "file": file}),
+                        )),
+                        (Err(e), CollectiveFile::Pair(a, b)) => pair_failures
+                            .entry((a, b))
+                            .or_default()
+                            .push(format!("node {}: {e}", n.folder)),
+                    }
+                }
+                "exit" => {
+                    let failed = match read_exit(&path) {
+                        ExitRead::Code(0) | ExitRead::Absent => None,
+                        ExitRead::Code(c) => Some(format!(
+                            "exit {c}{}",
+                            exit_cause(c).map(|c| format!(", {c}")).unwrap_or_default()
+                        )),
+                        ExitRead::Bad(e) => Some(e),
+                    };
+                    let Some(failed) = failed else { continue };
+                    let err_file = path.with_extension("err");
+                    let line = read_regular(&err_file, SMALL_FILE_LIMIT, "a step's stderr line")
+                        .ok()
+                        .flatten()
+                        .and_then(|b| first_line(&b))
+                        .map(|l| format!(": {l}"))
+                        .unwrap_or_default();
+                    let message = format!("node {}: {file} says {failed}{line}", n.folder);
+                    match kind {
+                        // The node's first rank is its `collective` step, judged with the
+                        // other checks; another local rank is judged here.
+                        CollectiveFile::Whole => findings.push(FleetFinding::fails(
+                            "collective_rank_failed",
+                            Some(&n.folder),
+                            message,
+                            "every rank of every node must run the collective to the end",
+                            json!({"node": n.folder, "file": file}),
+                        )),
+                        CollectiveFile::Pair(a, b) => {
+                            pair_failures.entry((a, b)).or_default().push(message)
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let j = judge(&docs, expected);
+    let first = docs.iter().min_by_key(|d| d.rank);
+    let gloo = first.is_some_and(|d| d.backend != "nccl");
+    for r in &j.reasons {
+        findings.push(FleetFinding::fails(
+            "collective_failed",
+            None,
+            format!("collective: {r}"),
+            "the network between the GPUs must carry every rank's data, correctly and at the fabric's speed",
+            json!({"busbw_gb_s": j.busbw_gb_s, "expected_busbw_gb_s": expected}),
+        ));
+    }
+    for r in &j.not_checked {
+        not_checked.push(format!("the collective: {r}"));
+    }
+    if expected.is_none() && !gloo && !docs.is_empty() {
+        not_checked.push(
+            "the collective's expectation: give the bus bandwidth the provider's fabric promises              with --expect-busbw (a 400 Gb/s InfiniBand or RoCE port per GPU gives about 40 to              48 GB/s at 1 GiB)"
+                .to_string(),
+        );
+    }
+    let mut figures: Vec<PairFigure> = Vec::new();
+    let mut keys: Vec<&(String, String)> = pairs.keys().chain(pair_failures.keys()).collect();
+    keys.sort();
+    keys.dedup();
+    for key in keys {
+        let run = pairs.get(key).map(Vec::as_slice).unwrap_or_default();
+        let mut problems = pair_failures.get(key).cloned().unwrap_or_default();
+        if let Some(d) = run.iter().find(|d| d.results.iter().any(|r| !r.correct)) {
+            problems.push(format!("rank {} found a wrong result", d.rank));
+        }
+        for p in &problems {
+            findings.push(FleetFinding::fails(
+                "collective_pair_failed",
+                None,
+                format!("collective over the pair {}-{}: {p}", key.0, key.1),
+                "each pair of nodes must run the collective to the end with correct results",
+                json!({"a": key.0, "b": key.1}),
+            ));
+        }
+        figures.push(PairFigure {
+            a: key.0.clone(),
+            b: key.1.clone(),
+            busbw_gb_s: largest_busbw(run),
+        });
+    }
+    if figures.is_empty()
+        && !docs.is_empty()
+        && plan.is_some_and(|p| p.nodes >= 3 && p.checks.contains(&Check::Collective))
+    {
+        findings.push(FleetFinding::fails(
+            "collective_pairs_missing",
+            None,
+            "collective: the pair pass left no document (the batch script runs it after the whole run, from three nodes on)".to_string(),
+            "without the pairs a slow node or link cannot be named",
+            json!({}),
+        ));
+    }
+    let measured: Vec<(String, String, f64)> = figures
+        .iter()
+        .filter_map(|p| p.busbw_gb_s.map(|f| (p.a.clone(), p.b.clone(), f)))
+        .collect();
+    for line in slow_pairs(&measured) {
+        let node = line
+            .strip_prefix("the node ")
+            .and_then(|r| r.strip_suffix(" is in every slow pair"))
+            .map(str::to_string);
+        let code = if node.is_some() {
+            "collective_slow_node"
+        } else {
+            "collective_slow_pair"
+        };
+        let message = format!("collective pair pass: {line}");
+        let figures = json!({"pairs": measured.iter().map(|(a, b, f)| json!({"a": a, "b": b, "busbw_gb_s": f})).collect::<Vec<_>>()});
+        findings.push(if gloo {
+            FleetFinding::warns(
+                code,
+                node.as_deref(),
+                message,
+                "on gloo, the CPU test path, a pair's figure is the host's TCP and load, not a fabric's: named, not judged",
+                figures,
+            )
+        } else {
+            FleetFinding::fails(
+                code,
+                node.as_deref(),
+                message,
+                "a pair under half of the other pairs' bus bandwidth has a degraded node or link, which slows every collective of the cluster",
+                figures,
+            )
+        });
+    }
+    CollectiveVerdict {
+        verdict: j.verdict.to_string(),
+        backend: first.map(|d| d.backend.clone()),
+        transport: first.map(|d| d.fabric.transport.clone()),
+        world_size: first.map(|d| d.world_size),
+        documents: docs.len(),
+        busbw_gb_s: j.busbw_gb_s,
+        expected_busbw_gb_s: expected,
+        curve: first.map(|d| d.results.clone()).unwrap_or_default(),
+        pairs: figures,
+    }
 }
 
 /// Every GPU more than `percent` below the median of all the other GPUs of the fleet, per
@@ -1546,6 +1854,75 @@ pub fn verdict_line(v: &FleetVerdict) -> String {
     }
 }
 
+/// The collective as sentences, for a page that has no fixed-width table (the report): the
+/// verdict, one line per size of the curve, one per pair.
+pub fn collective_lines(c: &CollectiveVerdict) -> Vec<String> {
+    let mut lines = vec![collective_headline(c)];
+    lines.extend(c.curve.iter().map(|r| {
+        format!(
+            "collective {} {} B: {:.1} us, algbw {:.3} GB/s, busbw {:.3} GB/s{}",
+            r.op,
+            r.bytes,
+            r.time_us,
+            r.algbw_gb_s,
+            r.busbw_gb_s,
+            if r.correct { "" } else { ", WRONG RESULT" }
+        )
+    }));
+    lines.extend(c.pairs.iter().map(|p| {
+        format!(
+            "collective pair {}-{}: {}",
+            p.a,
+            p.b,
+            p.busbw_gb_s
+                .map_or("no figure".to_string(), |b| format!("busbw {b:.3} GB/s"))
+        )
+    }));
+    lines
+}
+
+fn collective_headline(c: &CollectiveVerdict) -> String {
+    format!(
+        "collective: {}: {} rank(s) over {} ({}), all-reduce bus bandwidth {} at the largest size{}",
+        c.verdict,
+        c.world_size.map_or("?".to_string(), |n| n.to_string()),
+        c.backend.as_deref().unwrap_or("?"),
+        c.transport.as_deref().unwrap_or("?"),
+        c.busbw_gb_s
+            .map_or("unknown".to_string(), |b| format!("{b:.3} GB/s")),
+        c.expected_busbw_gb_s
+            .map(|e| format!(", {e:.1} GB/s expected"))
+            .unwrap_or_default()
+    )
+}
+
+/// The collective's verdict, its curve as nccl-tests prints it, and the pair pass.
+fn render_collective(c: &CollectiveVerdict) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(out, "\n{}", collective_headline(c));
+    if !c.curve.is_empty() {
+        out.push_str(&lab_torch::collective::curve_table(&c.curve, "  "));
+    }
+    if !c.pairs.is_empty() {
+        let _ = writeln!(
+            out,
+            "  pair pass (all-reduce bus bandwidth at the largest size, each node with the next):"
+        );
+        for p in &c.pairs {
+            let _ = writeln!(
+                out,
+                "    {}-{}: {}",
+                p.a,
+                p.b,
+                p.busbw_gb_s
+                    .map_or("no figure".to_string(), |b| format!("{b:.3} GB/s"))
+            );
+        }
+    }
+    out
+}
+
 /// The verdict as text: the verdict line first, what was not checked, the findings, the nodes,
 /// then the table of node x GPU (all of it with `table`, else at most [`TABLE_ROWS`] rows:
 /// outliers and GPUs with a failing finding first, the rest summarised per figure).
@@ -1589,6 +1966,9 @@ pub fn render(v: &FleetVerdict, table: bool) -> String {
             Effect::Warns => "warn",
         };
         let _ = writeln!(out, "  {level} {}: {} (why: {})", f.code, f.message, f.why);
+    }
+    if let Some(c) = &v.collective {
+        out.push_str(&render_collective(c));
     }
     let _ = writeln!(out);
     let shown_nodes: Vec<&NodeVerdict> = if table || v.nodes.len() <= TABLE_ROWS {
@@ -1889,6 +2269,153 @@ mod tests {
             .iter()
             .map(|f| (f.code.as_str(), f.node.as_deref(), f.effect))
             .collect()
+    }
+
+    /// One rank's collective document: an all-reduce up to 1 GiB at `busbw` GB/s.
+    fn collective_doc(rank: u32, world: u32, busbw: f64, transport: &str) -> String {
+        let rows: Vec<Value> = [8u64, 1 << 20, 1 << 30]
+            .iter()
+            .map(|&bytes| {
+                json!({"op": "all_reduce", "bytes": bytes, "time_us": 1.0,
+                       "algbw_gb_s": busbw / 1.5, "busbw_gb_s": busbw,
+                       "correct": true, "wrong_ranks": 0})
+            })
+            .collect();
+        json!({"schema": COLLECTIVE_SCHEMA, "program_version": 1, "torch": "2.11.0",
+               "torch_build": "CUDA 12.8", "backend": "nccl", "device": "cuda:0",
+               "rendezvous": "slurm", "rank": rank, "local_rank": rank % 2,
+               "world_size": world, "warmup": 5, "iters": 20, "min_bytes": 8,
+               "max_bytes": 1u64 << 30,
+               "fabric": {"version": "2.27.5", "transport": transport, "channels": 16},
+               "results": rows})
+        .to_string()
+    }
+
+    /// A GPU fleet of four nodes of two GPUs that ran the collective (NCCL) and its pairs:
+    /// every whole-run rank at `busbw`, every pair at 40 GB/s except those in `slow`.
+    fn collective_fleet(busbw: f64, transport: &str, slow: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let plan = Plan {
+            package: "h100-sxm:7:4".into(),
+            model: "NVIDIA H100 SXM".into(),
+            gpu: "h100-sxm".into(),
+            gpus: 8,
+            nodes: 4,
+            checks: vec![Check::Collective],
+            device: Device::Gpu,
+            probe_seconds: 10.0,
+            binary: "/opt/iteragpu".into(),
+        };
+        std::fs::write(dir.path().join(PLAN_FILE), plan.to_json()).unwrap();
+        std::fs::write(dir.path().join(JOB_FILE), "7\n").unwrap();
+        let nodes = ["n1", "n2", "n3", "n4"];
+        std::fs::write(dir.path().join("nodes.txt"), nodes.join("\n") + "\n").unwrap();
+        for (i, node) in nodes.iter().enumerate() {
+            let r = 2 * i as u32;
+            write(
+                dir.path(),
+                node,
+                "collective.json",
+                &collective_doc(r, 8, busbw, transport),
+            );
+            write(dir.path(), node, "collective.exit", "0\n");
+            write(
+                dir.path(),
+                node,
+                "collective.1.json",
+                &collective_doc(r + 1, 8, busbw, transport),
+            );
+            write(dir.path(), node, "collective.1.exit", "0\n");
+        }
+        for i in 0..4 {
+            let (a, b) = (nodes[i], nodes[(i + 1) % 4]);
+            let figure = if slow.contains(&(a, b)) { 4.0 } else { 40.0 };
+            for (k, node) in [a, b].iter().enumerate() {
+                for l in 0..2u32 {
+                    let stem = if l == 0 {
+                        format!("collective.pair-{a}-{b}")
+                    } else {
+                        format!("collective.pair-{a}-{b}.{l}")
+                    };
+                    let doc = collective_doc(2 * k as u32 + l, 4, figure, transport);
+                    write(dir.path(), node, &format!("{stem}.json"), &doc);
+                    write(dir.path(), node, &format!("{stem}.exit"), "0\n");
+                }
+            }
+        }
+        dir
+    }
+
+    fn with_busbw(expected: Option<f64>) -> CheckOptions {
+        CheckOptions {
+            expected_busbw_gb_s: expected,
+            ..CheckOptions::default()
+        }
+    }
+
+    #[test]
+    fn a_slow_fabric_a_socket_fallback_and_a_slow_node_fail_the_collective() {
+        // Under 70% of what the provider promises.
+        let d = collective_fleet(20.0, "IB", &[]);
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        assert!(!v.ok);
+        assert_eq!(v.collective.as_ref().unwrap().verdict, "failed");
+        assert!(codes(&v).contains(&("collective_failed", None, Effect::Fails)));
+        // NCCL fell back to TCP sockets: failed whatever the figure.
+        let d = collective_fleet(44.0, "Socket", &[]);
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        assert!(!v.ok);
+        assert!(
+            v.findings
+                .iter()
+                .any(|f| f.message.contains("fell back to sockets"))
+        );
+        // n3's two pairs at a tenth of the others: n3 named, failing.
+        let d = collective_fleet(44.0, "IB", &[("n2", "n3"), ("n3", "n4")]);
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        assert!(!v.ok);
+        assert!(codes(&v).contains(&("collective_slow_node", Some("n3"), Effect::Fails)));
+        assert_eq!(
+            codes(&v)
+                .iter()
+                .filter(|c| c.0 == "collective_slow_pair")
+                .count(),
+            2
+        );
+        // A rank of n2 that failed, and a pair that left nothing, are failures too.
+        let d = collective_fleet(44.0, "IB", &[]);
+        std::fs::write(d.path().join("n2/collective.1.exit"), "1\n").unwrap();
+        std::fs::remove_file(d.path().join("n2/collective.1.json")).unwrap();
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        assert!(codes(&v).contains(&("collective_rank_failed", Some("n2"), Effect::Fails)));
+        assert!(
+            v.findings
+                .iter()
+                .any(|f| f.message.contains("rank(s) 3 of 8 left no document")),
+            "{:?}",
+            v.findings
+        );
+    }
+
+    #[test]
+    fn without_the_providers_figure_the_collective_is_not_checked_and_with_it_passes() {
+        let d = collective_fleet(44.0, "IB", &[]);
+        let v = check(d.path(), &with_busbw(None)).unwrap();
+        assert!(v.ok, "{:?}", v.findings);
+        let c = v.collective.as_ref().unwrap();
+        assert_eq!(c.verdict, "not checked");
+        assert!(v.not_checked.iter().any(|n| n.contains("--expect-busbw")));
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        let c = v.collective.as_ref().unwrap();
+        assert_eq!(c.verdict, "passed", "{:?}", v.findings);
+        assert_eq!((c.documents, c.pairs.len()), (8, 4));
+        assert_eq!(c.busbw_gb_s, Some(44.0));
+        let text = render(&v, false);
+        assert!(
+            text.contains("collective: passed: 8 rank(s) over nccl (IB), all-reduce bus bandwidth 44.000 GB/s at the largest size, 45.0 GB/s expected"),
+            "{text}"
+        );
+        assert!(text.contains("n2-n3: 40.000 GB/s"), "{text}");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! IteraGPU Lab on several machines. A package of several lots is often several nodes (4 lots of
 //! 2 B200 are 8 GPUs, on 2 to 4 nodes), and a scheduler hands them out: this crate writes what
-//! runs the checks (`environment`, `probe`, `measure`) exactly once on every node and where each
-//! node puts its results.
+//! runs the checks (`environment`, `probe`, `measure`) exactly once on every node, the
+//! `collective` check once over every GPU of every node (then over pairs of nodes), and where
+//! each node puts its results.
 //!
 //! - [`slurm`]: the sbatch script (`--nodes=N --ntasks-per-node=1`, one `srun` step per check).
 //! - [`check`]: `fleet check DIR`, every node's documents, exit codes and errors judged together
@@ -45,11 +46,20 @@ pub enum Check {
     Probe,
     /// `iteragpu measure`: the small synthetic model on the node's first GPU.
     Measure,
+    /// `iteragpu collective`: one all-reduce and all-gather run over every GPU of every node
+    /// (one rank per GPU; one per node on the CPU device), then one run per pair of
+    /// neighbouring nodes, so that a slow node or link can be named.
+    Collective,
 }
 
 impl Check {
     /// Every check, in the order they run.
-    pub const ALL: [Check; 3] = [Check::Environment, Check::Probe, Check::Measure];
+    pub const ALL: [Check; 4] = [
+        Check::Environment,
+        Check::Probe,
+        Check::Measure,
+        Check::Collective,
+    ];
 
     /// The check's name, which is also its files' stem (`probe.json`, `probe.exit`).
     pub fn name(self) -> &'static str {
@@ -57,6 +67,7 @@ impl Check {
             Check::Environment => "environment",
             Check::Probe => "probe",
             Check::Measure => "measure",
+            Check::Collective => "collective",
         }
     }
 }
@@ -78,7 +89,7 @@ impl FromStr for Check {
     }
 }
 
-/// Parses `environment,probe,measure` (any subset, any order, no repeats) into run order.
+/// Parses `environment,probe,measure,collective` (any subset, any order, no repeats) into run order.
 pub fn parse_checks(text: &str) -> Result<Vec<Check>, Error> {
     let mut checks = Vec::new();
     for part in text.split(',') {
@@ -165,6 +176,20 @@ impl Plan {
                 (self.probe_seconds * gpus as f64 * 1.2).ceil() as u64 + 300
             }
             Check::Measure => 600,
+            // 28 sizes to 1 GiB, 25 calls each: well under a minute on a healthy fabric, a
+            // few minutes over TCP sockets; the rendezvous waits at most 120 s of it.
+            Check::Collective => match self.device {
+                Device::Gpu => 900,
+                Device::Cpu => 300,
+            },
+        }
+    }
+
+    /// The ranks the collective check starts on each node: one per GPU, one on the CPU device.
+    pub fn ranks_per_node(&self) -> u64 {
+        match self.device {
+            Device::Gpu => self.gpus_per_node().max(1),
+            Device::Cpu => 1,
         }
     }
 
@@ -215,6 +240,34 @@ impl Plan {
                 "--output",
                 "measure.json",
             ]),
+            // The rendezvous port and the document's file are the step's: it adds `--port`
+            // and `--output` per run (the whole fleet, then each pair).
+            Check::Collective => {
+                let mut a = s(&["collective"]);
+                if cpu {
+                    // gloo over loopback or TCP: the program and the scheduler's side are
+                    // checked, never a fabric's bandwidth; small sizes keep it short.
+                    a.extend(s(&[
+                        "--backend",
+                        "gloo",
+                        "--max-bytes",
+                        "64KiB",
+                        "--warmup",
+                        "2",
+                        "--iters",
+                        "5",
+                    ]));
+                } else {
+                    a.extend(s(&["--backend", "nccl", "--max-bytes", "1GiB"]));
+                }
+                a.extend([
+                    "--rendezvous-timeout".to_string(),
+                    "120".to_string(),
+                    "--timeout".to_string(),
+                    format!("{}", self.step_seconds(check).saturating_sub(10)),
+                ]);
+                a
+            }
         }
     }
 
@@ -245,14 +298,16 @@ impl Plan {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A check name that is not one of environment, probe, measure.
-    #[error("`{0}` is not a check: expected environment, probe or measure, comma-separated")]
+    /// A check name that is not one of environment, probe, measure, collective.
+    #[error(
+        "`{0}` is not a check: expected environment, probe, measure or collective, comma-separated"
+    )]
     UnknownCheck(String),
     /// A check named twice.
     #[error("the check {0} is named twice")]
     RepeatedCheck(&'static str),
     /// No check at all.
-    #[error("no check to run: name at least one of environment, probe, measure")]
+    #[error("no check to run: name at least one of environment, probe, measure, collective")]
     NoCheck,
     /// A node count out of range.
     #[error("{0} nodes: expected 1 to 4096")]
@@ -311,6 +366,23 @@ pub(crate) mod tests {
             Err(Error::RepeatedCheck("probe"))
         ));
         assert!(matches!(parse_checks("nccl"), Err(Error::UnknownCheck(_))));
+        assert_eq!(
+            parse_checks("collective,environment").unwrap(),
+            vec![Check::Environment, Check::Collective]
+        );
+    }
+
+    #[test]
+    fn the_collective_runs_nccl_on_gpus_and_gloo_on_the_cpu_device() {
+        let g = plan(Device::Gpu).arguments(Check::Collective).join(" ");
+        assert!(
+            g.starts_with("collective --backend nccl --max-bytes 1GiB "),
+            "{g}"
+        );
+        assert_eq!(plan(Device::Gpu).ranks_per_node(), 2);
+        let c = plan(Device::Cpu).arguments(Check::Collective).join(" ");
+        assert!(c.contains("--backend gloo --max-bytes 64KiB"), "{c}");
+        assert_eq!(plan(Device::Cpu).ranks_per_node(), 1);
     }
 
     #[test]

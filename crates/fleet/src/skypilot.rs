@@ -204,6 +204,26 @@ pub fn task(plan: &Plan, task: &Task) -> Result<String, Error> {
     let _ = writeln!(y, "  failed=0");
     for (check, args) in steps {
         let limit = plan.step_seconds(check);
+        if check == crate::Check::Collective {
+            // One rank per GPU of the node (one on the CPU device), all at once; the node's
+            // first rank keeps the check's name. No pair pass: SkyPilot runs one `run` per
+            // node, with no step over two of them.
+            let k = plan.ranks_per_node();
+            let _ = writeln!(
+                y,
+                "  rm -f collective*.exit collective*.err collective*.json"
+            );
+            let _ = writeln!(y, "  for l in $(seq 0 {}); do", k - 1);
+            let _ = writeln!(y, "    s=collective; [ \"$l\" = 0 ] || s=collective.$l");
+            let _ = writeln!(
+                y,
+                "    (LOCAL_RANK=$l SKYPILOT_NUM_GPUS_PER_NODE={k} timeout --kill-after=10 {limit} \"$BIN\" {} --output \"$s.json\" >\"$s.stdout\" 2>\"$s.stderr\"; rc=$?; echo \"$rc\" >\"$s.exit\"; if [ \"$rc\" -ne 0 ]; then (grep -m1 -i error \"$s.stderr\" || tail -n 1 \"$s.stderr\" || echo \"exit $rc\") | head -n 1 >\"$s.err\"; fi; exit \"$rc\") &",
+                args.join(" ")
+            );
+            let _ = writeln!(y, "  done");
+            let _ = writeln!(y, "  for p in $(jobs -p); do wait \"$p\" || failed=1; done");
+            continue;
+        }
         let (stdout, name) = match check {
             crate::Check::Environment => (format!("{check}.json"), check.name()),
             _ => (format!("{check}.stdout"), check.name()),

@@ -18,8 +18,15 @@
 //! | `DIR/<node>/<check>.exit` | its exit code, a decimal number and a newline (124: its time limit) |
 //! | `DIR/<node>/<check>.err` | only when that code is not 0: one line, the first of stderr with `error`, else its last |
 //! | `DIR/<node>/<check>.stdout`, `.stderr` | what the check printed (environment's stdout is its `.json`) |
+//! | `DIR/<node>/collective.<l>.*` | the same files of the node's other ranks (local rank `l` > 0; one rank per GPU) |
+//! | `DIR/<node>/collective.pair-<a>-<b>[.<l>].*` | the same, for the run over the pair of nodes `a` and `b` |
 //!
-//! A node with no `<check>.exit` never ran the step (it was not allocated, or died).
+//! A node with no `<check>.exit` never ran the step (it was not allocated, or died). The
+//! collective check runs once over every GPU of every node, then, from three nodes on, once
+//! over each node and the next in `nodes.txt` (round the ring, one pair at a time), so that
+//! `fleet check` can name a slow node (in two slow pairs) or link (in one). The pairs always
+//! run: the job cannot judge the whole run's figure, and they cost seconds per pair on a
+//! healthy fabric.
 
 use std::fmt::Write as _;
 use std::fs;
@@ -142,24 +149,35 @@ node=${SLURMD_NODENAME:?slurmd sets SLURMD_NODENAME}
 case $node in ''|.|..|*/*) echo "fleet-step: unusable node name '$node'" >&2; exit 1 ;; esac
 out=$FLEET_DIR/$node
 mkdir -p "$out" && cd "$out" || exit 1
-rm -f "$check.exit" "$check.err"
+stem=$check
+case $check in collective*)
+    # One rank per GPU: the node's first rank keeps the check's name, the others add their
+    # local rank. Rank 0 is on the first node of the step, whose address Slurm itself uses.
+    [ "${SLURM_LOCALID:-0}" = 0 ] || stem=$check.$SLURM_LOCALID
+    first=$(scontrol show hostnames "${SLURM_STEP_NODELIST:-$SLURM_JOB_NODELIST}" | head -n 1)
+    addr=$(scontrol show node "$first" 2>/dev/null | grep -o 'NodeAddr=[^ ]*' | head -n 1 | cut -d= -f2)
+    export MASTER_ADDR=${addr:-$first}
+    rm -f "$stem.json"
+    set -- "$@" --port "$FLEET_PORT" --output "$stem.json" ;;
+esac
+rm -f "$stem.exit" "$stem.err"
 if [ "$check" = environment ]; then
     timeout --kill-after=10 "$limit" "$@" >"$check.json" 2>"$check.stderr"
 else
-    timeout --kill-after=10 "$limit" "$@" >"$check.stdout" 2>"$check.stderr"
+    timeout --kill-after=10 "$limit" "$@" >"$stem.stdout" 2>"$stem.stderr"
 fi
 rc=$?
 if [ -n "$ended" ]; then
     [ "$rc" -ne 0 ] || rc=143
-    printf '%s\n' "ended by Slurm with SIGTERM (the step's time limit, scancel, or the node going down)" >"$check.err"
+    printf '%s\n' "ended by Slurm with SIGTERM (the step's time limit, scancel, or the node going down)" >"$stem.err"
 elif [ "$rc" -ne 0 ]; then
-    line=$(grep -m1 -i 'error' "$check.stderr" 2>/dev/null)
-    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$check.stderr" 2>/dev/null | tail -n 1)
+    line=$(grep -m1 -i 'error' "$stem.stderr" 2>/dev/null)
+    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$stem.stderr" 2>/dev/null | tail -n 1)
     [ "$rc" -eq 124 ] && [ -z "$line" ] && line="timed out after $limit s"
     [ -n "$line" ] || line="exit $rc with nothing on stderr"
-    printf '%s\n' "$line" >"$check.err"
+    printf '%s\n' "$line" >"$stem.err"
 fi
-printf '%s\n' "$rc" >"$check.exit.tmp" && mv -f "$check.exit.tmp" "$check.exit"
+printf '%s\n' "$rc" >"$stem.exit.tmp" && mv -f "$stem.exit.tmp" "$stem.exit"
 exit "$rc""#;
 
 /// The batch script's first lines after the set-up: `fleet.job` is written once, by this job.
@@ -192,7 +210,10 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     let time = match &allocation.time {
         Some(t) => quote::sbatch("--time", t)?,
         None => {
-            let seconds: u64 = plan.checks.iter().map(|&c| step_limit(plan, c)).sum();
+            let mut seconds: u64 = plan.checks.iter().map(|&c| step_limit(plan, c)).sum();
+            if plan.checks.contains(&Check::Collective) && plan.nodes >= 3 {
+                seconds += u64::from(plan.nodes) * step_limit(plan, Check::Collective);
+            }
             format!("{}", seconds.div_ceil(60) + 5)
         }
     };
@@ -247,6 +268,8 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
 #   DIR/<node>/<check>.err       only when that code is not 0: one line, the first of stderr
 #                                with `error`, else its last
 #   DIR/<node>/<check>.stdout, .stderr   what it printed (environment's stdout is its .json)
+#   DIR/<node>/collective.<l>.*  the same, of the node's other ranks (one rank per GPU)
+#   DIR/<node>/collective.pair-<a>-<b>[.<l>].*   the same, of the run over the pair a, b
 # A node without <check>.exit did not run that step. The job exits 1 when any step failed.
 ",
     );
@@ -282,6 +305,10 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     s.push_str("failed=0\n");
     for (check, args) in steps {
         let limit = plan.step_seconds(check);
+        if check == Check::Collective {
+            collective_steps(&mut s, plan, limit, &args.join(" "));
+            continue;
+        }
         let _ = writeln!(
             s,
             "\n# {check}: at most {limit} s on each node (then `timeout` ends it: exit 124)"
@@ -296,6 +323,41 @@ pub fn script(plan: &Plan, allocation: &Allocation, dir: &str) -> Result<String,
     }
     s.push_str("\nexit \"$failed\"\n");
     Ok(s)
+}
+
+/// The collective check's steps: one over every rank of every node, then one per pair of
+/// neighbouring nodes (from three nodes on), one pair at a time so that pairs do not share a
+/// link while they are measured. The rendezvous port comes from the job id, so that two fleet
+/// jobs on one node (a shared test host) do not meet.
+fn collective_steps(s: &mut String, plan: &Plan, limit: u64, args: &str) {
+    let n = plan.nodes;
+    let k = plan.ranks_per_node();
+    let minutes = step_minutes(limit);
+    let _ = writeln!(
+        s,
+        "\n# collective: {k} rank(s) per node, at most {limit} s (then `timeout` ends it: exit 124)"
+    );
+    s.push_str("echo \"== collective\"\n");
+    s.push_str("FLEET_PORT_BASE=$((20000 + SLURM_JOB_ID % 2000 * 16))\n");
+    let _ = writeln!(
+        s,
+        "FLEET_PORT=$FLEET_PORT_BASE srun --nodes={n} --ntasks={} --ntasks-per-node={k} --time={minutes} --kill-on-bad-exit=0 \\\n    bash -c \"$STEP\" fleet-step collective {limit} \"$BIN\" {args} \\\n    || {{ failed=1; echo \"collective: a rank failed (its node's collective*.exit and .err say which)\"; }}",
+        u64::from(n) * k
+    );
+    if n < 3 {
+        return;
+    }
+    s.push_str("# The pair pass: each node with the next in nodes.txt, round the ring.\n");
+    s.push_str("mapfile -t fleet_nodes <\"$FLEET_DIR/nodes.txt\"\n");
+    s.push_str("for ((i = 0; i < ${#fleet_nodes[@]}; i++)); do\n");
+    s.push_str("    a=${fleet_nodes[i]}; b=${fleet_nodes[(i + 1) % ${#fleet_nodes[@]}]}\n");
+    s.push_str("    echo \"== collective over the pair $a $b\"\n");
+    let _ = writeln!(
+        s,
+        "    FLEET_PORT=$((FLEET_PORT_BASE + 1 + i % 15)) srun --nodes=2 --nodelist=\"$a,$b\" --ntasks={} --ntasks-per-node={k} --time={minutes} --kill-on-bad-exit=0 \\\n        bash -c \"$STEP\" fleet-step \"collective.pair-$a-$b\" {limit} \"$BIN\" {args} \\\n        || {{ failed=1; echo \"collective over $a $b: a rank failed\"; }}",
+        2 * k
+    );
+    s.push_str("done\n");
 }
 
 /// The step's own Slurm time limit: the check's `timeout` plus a minute for `timeout
@@ -399,8 +461,24 @@ mod tests {
             s.contains("#SBATCH --output=/shared/fleet/slurm-%j.out"),
             "{s}"
         );
-        // environment 120 s -> 4 min, probe 324 s -> 7 min, measure 600 s -> 12 min, + 5.
-        assert!(s.contains("#SBATCH --time=28\n"), "{s}");
+        // environment 120 s -> 4 min, probe 324 s -> 7 min, measure 600 s -> 12 min,
+        // collective 900 s -> 17 min, once over the four nodes and once per pair, + 5.
+        assert!(s.contains("#SBATCH --time=113\n"), "{s}");
+        // The collective: one rank per GPU, then the pairs round the ring.
+        assert!(
+            s.contains(
+                "srun --nodes=4 --ntasks=8 --ntasks-per-node=2 --time=17 --kill-on-bad-exit=0 \\\n    bash -c \"$STEP\" fleet-step collective 900 \"$BIN\" collective --backend nccl --max-bytes 1GiB"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains("srun --nodes=2 --nodelist=\"$a,$b\" --ntasks=4 --ntasks-per-node=2 "),
+            "{s}"
+        );
+        assert!(
+            s.contains("fleet-step \"collective.pair-$a-$b\" 900"),
+            "{s}"
+        );
         assert!(!s.contains("CPU REFERENCE DEVICE"), "{s}");
     }
 

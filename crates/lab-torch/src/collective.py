@@ -16,7 +16,8 @@ This file is carried inside the binary beside engine.py and run with `python -c`
   as words only: no line, host name or address is copied into the document.
 
 Rendezvous, first match wins: RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT (as torchrun sets them);
-Slurm (SLURM_PROCID, SLURM_NTASKS, the first node of SLURM_JOB_NODELIST, --port); SkyPilot
+Slurm (SLURM_PROCID, SLURM_NTASKS, MASTER_ADDR else the first node of SLURM_STEP_NODELIST or
+SLURM_JOB_NODELIST, --port); SkyPilot
 (SKYPILOT_NODE_RANK, SKYPILOT_NUM_NODES or SKYPILOT_NODE_IPS' count, the first of
 SKYPILOT_NODE_IPS, --port; one rank per GPU with LOCAL_RANK and SKYPILOT_NUM_GPUS_PER_NODE).
 
@@ -105,12 +106,16 @@ def rendezvous(env, port):
                 env.get("MASTER_ADDR", "127.0.0.1"),
                 integer("MASTER_PORT", env.get("MASTER_PORT", str(port))))
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        if "SLURM_JOB_NODELIST" not in env:
+        # A step over some of the job's nodes (the fleet's pairs) has rank 0 on the first node
+        # of the step, not of the job; MASTER_ADDR, when set, is that node's address.
+        nodelist = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_JOB_NODELIST")
+        if not nodelist:
             raise Refused("SLURM_PROCID is set but SLURM_JOB_NODELIST is not: run under srun")
+        host = env.get("MASTER_ADDR") or first_node(nodelist)
         return ("slurm", integer("SLURM_PROCID", env["SLURM_PROCID"]),
                 integer("SLURM_NTASKS", env["SLURM_NTASKS"]),
                 integer("SLURM_LOCALID", env.get("SLURM_LOCALID", "0")),
-                first_node(env["SLURM_JOB_NODELIST"]), port)
+                host, port)
     if "SKYPILOT_NODE_RANK" in env and "SKYPILOT_NODE_IPS" in env:
         ips = [ip for ip in env["SKYPILOT_NODE_IPS"].split() if ip]
         if not ips:

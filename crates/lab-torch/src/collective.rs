@@ -116,6 +116,35 @@ pub fn bus_factor(op: &str, n: u32) -> Option<f64> {
     }
 }
 
+/// The rows as nccl-tests prints them: operation, size, time, algbw, busbw, correct; each line
+/// starts with `indent`.
+pub fn curve_table(results: &[SizeResult], indent: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{indent}{:>10} {:>12} {:>12} {:>12} {:>12}  correct",
+        "op", "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"
+    );
+    for r in results {
+        let _ = writeln!(
+            out,
+            "{indent}{:>10} {:>12} {:>12.1} {:>12.3} {:>12.3}  {}",
+            r.op,
+            r.bytes,
+            r.time_us,
+            r.algbw_gb_s,
+            r.busbw_gb_s,
+            if r.correct && r.wrong_ranks == 0 {
+                "yes".to_string()
+            } else {
+                format!("NO ({} rank(s) wrong)", r.wrong_ranks.max(1))
+            }
+        );
+    }
+    out
+}
+
 /// Reads one rank's document, refusing another schema.
 pub fn parse(bytes: &[u8]) -> Result<CollectiveDocument, String> {
     let doc: CollectiveDocument = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
@@ -199,8 +228,10 @@ pub fn run(
 pub struct Judgement {
     /// `passed`, `failed` or `not checked`.
     pub verdict: &'static str,
-    /// Why, one sentence each.
+    /// What fails it, one sentence each.
     pub reasons: Vec<String>,
+    /// What was not checked and why, one sentence each.
+    pub not_checked: Vec<String>,
     /// The all-reduce bus bandwidth at the largest size, GB/s.
     pub busbw_gb_s: Option<f64>,
 }
@@ -217,6 +248,7 @@ pub fn judge(docs: &[CollectiveDocument], expected_busbw_gb_s: Option<f64>) -> J
         return Judgement {
             verdict: "failed",
             reasons: vec!["no collective document was found: no rank reported".to_string()],
+            not_checked: Vec::new(),
             busbw_gb_s: None,
         };
     };
@@ -292,36 +324,48 @@ pub fn judge(docs: &[CollectiveDocument], expected_busbw_gb_s: Option<f64>) -> J
     } else {
         "passed"
     };
-    failed.extend(unchecked);
     Judgement {
         verdict,
         reasons: failed,
+        not_checked: unchecked,
         busbw_gb_s: busbw,
     }
 }
 
 /// The pair pass: each `(a, b, busbw)` is one run over two nodes; a pair under
-/// [`SLOW_PAIR_SHARE`] of the pairs' median is named, and a node in every slow pair (when there
-/// are at least two) is named as the slow node.
+/// [`SLOW_PAIR_SHARE`] of the other pairs' median (the upper one of an even count) is named,
+/// and a node in every slow pair (when there are at least two) is named as the slow node. The
+/// other pairs, not all of them: on a ring of three nodes a slow node is in two pairs of three,
+/// and would be the median itself.
 pub fn slow_pairs(pairs: &[(String, String, f64)]) -> Vec<String> {
     if pairs.len() < 2 {
         return Vec::new();
     }
-    let mut figures: Vec<f64> = pairs.iter().map(|p| p.2).collect();
-    figures.sort_by(f64::total_cmp);
-    let median = figures[figures.len() / 2];
-    let slow: Vec<&(String, String, f64)> = pairs
+    let others_median = |i: usize| {
+        let mut figures: Vec<f64> = pairs
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != i)
+            .map(|(_, p)| p.2)
+            .collect();
+        figures.sort_by(f64::total_cmp);
+        figures[figures.len() / 2]
+    };
+    let slow: Vec<(&(String, String, f64), f64)> = pairs
         .iter()
-        .filter(|p| p.2 < SLOW_PAIR_SHARE * median)
+        .enumerate()
+        .map(|(i, p)| (p, others_median(i)))
+        .filter(|(p, median)| p.2 < SLOW_PAIR_SHARE * median)
         .collect();
     let mut out: Vec<String> = slow
         .iter()
-        .map(|(a, b, f)| {
+        .map(|((a, b, f), median)| {
             format!(
-                "the pair {a}-{b} is slow: {f:.3} GB/s against the pairs' median {median:.3} GB/s"
+                "the pair {a}-{b} is slow: {f:.3} GB/s against the other pairs' median {median:.3} GB/s"
             )
         })
         .collect();
+    let slow: Vec<&(String, String, f64)> = slow.into_iter().map(|(p, _)| p).collect();
     if slow.len() >= 2 {
         for node in [&slow[0].0, &slow[0].1] {
             if slow.iter().all(|(a, b, _)| a == node || b == node) {
@@ -423,7 +467,10 @@ mod tests {
 
     #[test]
     fn unknown_figures_gloo_and_small_runs_are_not_checked() {
-        assert_eq!(judge(&four(380.0), None).verdict, "not checked");
+        let j = judge(&four(380.0), None);
+        assert_eq!(j.verdict, "not checked");
+        assert!(j.reasons.is_empty(), "{j:?}");
+        assert!(j.not_checked[0].contains("(unknown)"), "{j:?}");
         let gloo: Vec<_> = (0..4).map(|r| doc(r, 4, "gloo", 1.0, 1 << 30)).collect();
         assert_eq!(judge(&gloo, Some(400.0)).verdict, "not checked");
         let small: Vec<_> = (0..4).map(|r| doc(r, 4, "nccl", 380.0, 1 << 20)).collect();
@@ -453,6 +500,13 @@ mod tests {
         assert!(out.iter().any(|l| l == "the node n4 is in every slow pair"));
         let even = [p("n1", "n2", 10.0), p("n3", "n4", 9.0)];
         assert!(slow_pairs(&even).is_empty());
+        // A ring of three with one slow node: it is in two of the three pairs.
+        let ring = [p("n1", "n2", 10.0), p("n2", "n3", 1.0), p("n3", "n1", 1.1)];
+        let out = slow_pairs(&ring);
+        assert_eq!(out.len(), 3, "{out:?}");
+        assert!(out.iter().any(|l| l == "the node n3 is in every slow pair"));
+        let ring = [p("n1", "n2", 10.0), p("n2", "n3", 9.0), p("n3", "n1", 9.5)];
+        assert!(slow_pairs(&ring).is_empty());
     }
 
     #[test]

@@ -24,7 +24,8 @@ Run once per GPU (one rank each): under Slurm `srun --ntasks-per-node 8 iteragpu
 --output collective-%t.json`; by hand, one process per rank with `RANK=0 WORLD_SIZE=2
 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 iteragpu collective` and so on. The rendezvous comes from the environment, first match wins:
 RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (as torchrun sets them); Slurm's SLURM_PROCID,
-SLURM_NTASKS and the first node of SLURM_JOB_NODELIST with --port; SkyPilot's SKYPILOT_NODE_RANK,
+SLURM_NTASKS and MASTER_ADDR, else the first node of the step's (SLURM_STEP_NODELIST) or
+job's node list, with --port; SkyPilot's SKYPILOT_NODE_RANK,
 SKYPILOT_NODE_IPS (the first is rank 0) with --port.
 
 For each size from --min-bytes to --max-bytes, doubling: --warmup untimed calls, then --iters
@@ -209,27 +210,7 @@ pub fn render(doc: &CollectiveDocument) -> String {
             .map(|c| format!(", {c} channels"))
             .unwrap_or_default()
     );
-    let _ = writeln!(
-        out,
-        "{:>10} {:>12} {:>12} {:>12} {:>12}  correct",
-        "op", "size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)"
-    );
-    for r in &doc.results {
-        let _ = writeln!(
-            out,
-            "{:>10} {:>12} {:>12.1} {:>12.3} {:>12.3}  {}",
-            r.op,
-            r.bytes,
-            r.time_us,
-            r.algbw_gb_s,
-            r.busbw_gb_s,
-            if r.correct && r.wrong_ranks == 0 {
-                "yes".to_string()
-            } else {
-                format!("NO ({} rank(s) wrong)", r.wrong_ranks.max(1))
-            }
-        );
-    }
+    out.push_str(&lab_torch::collective::curve_table(&doc.results, ""));
     if doc.backend == "gloo" {
         let _ = writeln!(
             out,

@@ -51,7 +51,9 @@ pub struct Common {
     #[arg(long, value_name = "N")]
     pub nodes: u32,
     /// The checks each node runs, comma-separated, run in this order: environment, probe,
-    /// measure.
+    /// measure, collective (an all-reduce and all-gather over every GPU of every node through
+    /// the nodes' PyTorch, then over each pair of neighbouring nodes; see `iteragpu collective
+    /// --help`).
     #[arg(long, default_value = "environment,probe,measure", value_parser = parse_checks, value_name = "LIST")]
     pub checks: Checks,
     /// `gpu`: every GPU of each node; `cpu`: the CPU reference device on every node, which
@@ -73,12 +75,18 @@ Examples:
   iteragpu fleet slurm --package b200:7:4 --nodes 4 --output /shared/fleet
   iteragpu fleet slurm --package b200:7:4 --nodes 2 --partition gpu --submit --output /shared/fleet
   iteragpu fleet slurm --package b200:7:4 --nodes 4 --device cpu --submit --output /shared/try
+  iteragpu fleet slurm --package b200:7:4 --nodes 4 --checks environment,collective \\
+      --output /shared/net
 
 Writes DIR/fleet.sbatch and DIR/fleet.json (the plan). The job asks for --nodes=N
 --ntasks-per-node=1 (and the GPUs per node); each check is one srun step with one task on each
 node and a time limit, and every node writes DIR/<node>/<check>.json, <check>.exit (its exit code),
 <check>.err (the first error line, when the code is not 0), <check>.stdout and <check>.stderr;
-<node> is $SLURMD_NODENAME, DIR/nodes.txt lists the allocation. DIR and the binary must be on a
+<node> is $SLURMD_NODENAME, DIR/nodes.txt lists the allocation. The collective check is one
+step of one task per GPU (nccl; one per node with --device cpu: gloo) writing
+DIR/<node>/collective.json (local rank 0) and collective.<l>.json, then, from three nodes on, one
+step per pair of neighbouring nodes writing collective.pair-<a>-<b>.json; its ranks find torch
+in the first python3 on the PATH the job inherits. DIR and the binary must be on a
 filesystem every node sees. --submit runs `sbatch --wait` on the script, then reads every node's
 exit codes. Exit codes: 0 written (with --submit: every node ran every check with exit 0), 1 a
 node's check failed or did not run, or sbatch failed, 2 bad options or a DIR that already holds
@@ -174,6 +182,7 @@ pub struct Checks(pub Vec<Check>);
 Examples:
   iteragpu fleet check /shared/fleet
   iteragpu fleet check /shared/fleet --package b200:7:4 --nodes 4 --json
+  iteragpu fleet check /shared/net --expect-busbw 45
 
 Reads DIR/fleet.json (the plan), DIR/fleet.job, DIR/nodes.txt and DIR/<node>/<check>.json,
 <check>.exit and <check>.err of every node folder (as `fleet slurm` and `fleet skypilot` lay them
@@ -183,8 +192,13 @@ job's documents, a node name, rank or GPU UUID in two folders, a GPU warning in 
 documents (ECC, remapped rows, throttling, power cap, NVLink, below its datasheet share) and an
 outlier across nodes are findings, each saying whether it fails the verdict or warns, and why.
 Without a plan the verdict says what it could not check. The package is the plan's (GPU plans)
-unless --package names one. Printed: the verdict first, then the findings, then the nodes and the
-table (--table for all of it).
+unless --package names one. The collective check is judged over every rank: all present, every
+result correct, NCCL not fallen back to sockets, and the all-reduce bus bandwidth at 1 GiB at
+least 70% of --expect-busbw (the provider's fabric, which the catalogue does not know: not
+checked without it, nor on gloo); in the pair pass a pair under half of the other pairs' median
+is named, and a node in every slow pair. Printed: the verdict first, then the findings, the
+collective's curve (size, time, algbw, busbw, as nccl-tests prints it) and its pairs, then the
+nodes and the table (--table for all of it).
 Exit codes: 0 no finding fails the fleet; 1 one does; 2 a DIR that is not a fleet's folder, or
 bad options.")]
 pub struct CheckArgs {
@@ -210,6 +224,11 @@ pub struct CheckArgs {
     /// beside the task (`fleet.plan.json` for `fleet.yaml`).
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
+    /// The all-reduce bus bandwidth the package's fabric should give at 1 GiB, GB/s, as the
+    /// provider states it (a 400 Gb/s InfiniBand or RoCE port per GPU: about 40 to 48); the
+    /// collective's bandwidth is not checked without it.
+    #[arg(long, value_parser = parse_busbw, value_name = "GB/S")]
+    pub expect_busbw: Option<f64>,
     /// Print every node and every row of the node x GPU table [default: at most 16 of each,
     /// the failing ones and the outliers first, the rest summarised per figure].
     #[arg(long)]
@@ -220,6 +239,15 @@ fn parse_checks(text: &str) -> Result<Checks, String> {
     fleet::parse_checks(text)
         .map(Checks)
         .map_err(|e| e.to_string())
+}
+
+fn parse_busbw(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(b) if b.is_finite() && b > 0.0 && b <= 10_000.0 => Ok(b),
+        _ => Err(format!(
+            "`{text}` is not a bus bandwidth: expected GB/s above 0 and at most 10000, such as 45"
+        )),
+    }
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {
@@ -687,6 +715,7 @@ fn run_check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         datasheet: Datasheet::load(args.datasheet.as_deref())?,
         nodes: args.nodes,
         plan: args.plan.clone(),
+        expected_busbw_gb_s: args.expect_busbw,
         ..CheckOptions::default()
     };
     let mut verdict = fleet::check::check(&args.dir, &options).map_err(|e| usage(e.to_string()))?;

@@ -164,6 +164,22 @@ fn fleet_verdicts(paths: &[PathBuf]) -> Vec<report::Verdict> {
                     .iter()
                     .map(|n| (report::Standing::Warns, format!("not checked: {n}"))),
             );
+            // The network between the nodes: its verdict, then its curve per size and pairs.
+            if let Some(c) = &v.collective {
+                let standing = match c.verdict.as_str() {
+                    "passed" => report::Standing::Ok,
+                    "failed" => report::Standing::Fails,
+                    _ => report::Standing::Warns,
+                };
+                for (i, line) in fleet::check::collective_lines(c).into_iter().enumerate() {
+                    let s = if i == 0 {
+                        standing
+                    } else {
+                        report::Standing::Ok
+                    };
+                    lines.push((s, line));
+                }
+            }
             let warned = v
                 .findings
                 .iter()

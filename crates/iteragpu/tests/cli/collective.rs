@@ -8,7 +8,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use lab_torch::collective::{CollectiveDocument, judge, parse};
 
-fn torch_python() -> Option<PathBuf> {
+pub(crate) fn torch_python() -> Option<PathBuf> {
     let explicit = std::env::var_os("ITERAGPU_TEST_TORCH_PYTHON").map(PathBuf::from);
     let cached = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/torch/venv/bin/python");
     let found = explicit.or_else(|| cached.is_file().then_some(cached));
@@ -185,7 +185,10 @@ fn three_ranks_over_gloo_measure_every_size_and_check_every_result() {
     // Every rank is present and correct, yet gloo is never judged against a fabric.
     let j = judge(&docs, Some(400.0));
     assert_eq!(j.verdict, "not checked", "{j:?}");
-    assert!(j.reasons[0].contains("gloo is the CPU test path"));
+    assert!(
+        j.not_checked[0].contains("gloo is the CPU test path"),
+        "{j:?}"
+    );
     // A rank that left nothing fails the run.
     assert_eq!(judge(&docs[..2], Some(400.0)).verdict, "failed");
 }
@@ -200,6 +203,7 @@ fn scheduler_rank(python: &Path, vars: &[(&str, &str)]) -> Output {
         "MASTER_ADDR",
         "MASTER_PORT",
         "SLURM_PROCID",
+        "SLURM_STEP_NODELIST",
     ] {
         cmd.env_remove(v);
     }

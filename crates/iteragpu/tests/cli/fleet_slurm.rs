@@ -381,11 +381,19 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 
 /// The verdict's findings that fail the fleet, as (code, node) pairs.
 fn failing(v: &serde_json::Value) -> Vec<(String, Option<String>)> {
-    v["verdict"]["findings"]
+    findings(&v["verdict"], |f| f["effect"] == "fails")
+}
+
+/// The findings of a verdict that `keep` keeps, as (code, node) pairs.
+fn findings(
+    verdict: &serde_json::Value,
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> Vec<(String, Option<String>)> {
+    verdict["findings"]
         .as_array()
         .unwrap()
         .iter()
-        .filter(|f| f["effect"] == "fails")
+        .filter(|f| keep(f))
         .map(|f| {
             (
                 f["code"].as_str().unwrap().to_string(),
@@ -710,4 +718,226 @@ fn fleet_check_refuses_what_is_not_a_fleet_folder() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("is not a folder"));
+}
+
+/// Sets the all-reduce bus bandwidth at the largest size in every pair document of the pair
+/// `a`-`b` (both nodes, every rank): the doctoring of a slow link.
+fn doctor_pair(dir: &Path, a: &str, b: &str, busbw: f64) {
+    for node in [a, b] {
+        let file = dir.join(node).join(format!("collective.pair-{a}-{b}.json"));
+        let mut doc: serde_json::Value = serde_json::from_str(&read(&file)).unwrap();
+        let rows = doc["results"].as_array_mut().unwrap();
+        let largest = rows
+            .iter()
+            .filter(|r| r["op"] == "all_reduce")
+            .filter_map(|r| r["bytes"].as_u64())
+            .max()
+            .unwrap();
+        for r in rows
+            .iter_mut()
+            .filter(|r| r["op"] == "all_reduce" && r["bytes"] == largest)
+        {
+            r["busbw_gb_s"] = serde_json::json!(busbw);
+        }
+        std::fs::write(&file, serde_json::to_string(&doc).unwrap()).unwrap();
+    }
+}
+
+fn fleet_check_json(dir: &Path) -> serde_json::Value {
+    let out = iteragpu()
+        .args(["fleet", "check", "--json"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "fleet check --json: {e}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn codes_on(v: &serde_json::Value) -> Vec<(String, Option<String>)> {
+    findings(v, |f| f["code"].as_str().unwrap().starts_with("collective"))
+}
+
+#[test]
+fn the_collective_runs_on_every_node_and_the_pair_pass_names_a_slow_node() {
+    if skip() {
+        return;
+    }
+    let Some(python) = crate::collective::torch_python() else {
+        return;
+    };
+    let _alone = one_cluster();
+    let tmp = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(&tmp.path().join("cluster"));
+    // The ranks find torch in the first python3 on the PATH the job inherits.
+    let venv_bin = python.parent().unwrap().to_path_buf();
+    let path = format!(
+        "{}:{}",
+        venv_bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let net = tmp.path().join("net");
+    let out = Process::new(env!("CARGO_BIN_EXE_iteragpu"))
+        .env("SLURM_CONF", &cluster.conf)
+        .env("PATH", &path)
+        .args([
+            "fleet",
+            "slurm",
+            "--package",
+            "b200:7:4",
+            "--nodes",
+            "4",
+            "--checks",
+            "environment,probe,measure,collective",
+            "--device",
+            "cpu",
+            "--probe-seconds",
+            "1",
+            "--time",
+            "20",
+            "--submit",
+            "--output",
+        ])
+        .arg(&net)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let log: String = std::fs::read_dir(&net)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("slurm-"))
+        .map(|e| read(&e.path()))
+        .collect();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stdout:\n{stdout}\nstderr:\n{}\njob log:\n{log}\nn1: {:?}",
+        String::from_utf8_lossy(&out.stderr),
+        std::fs::read_to_string(net.join("n1/collective.stderr"))
+    );
+    assert!(
+        exits(&net, "collective").iter().all(|(_, c)| c == "0"),
+        "{:?}",
+        exits(&net, "collective")
+    );
+    // One rank per node, gloo, every size from 8 B to 64 KiB of both operations, correct on
+    // every rank.
+    let nodes = ["n1", "n2", "n3", "n4"];
+    let mut ranks = BTreeSet::new();
+    for node in nodes {
+        let doc =
+            lab_torch::collective::parse(read(&net.join(node).join("collective.json")).as_bytes())
+                .unwrap();
+        assert_eq!((doc.backend.as_str(), doc.world_size), ("gloo", 4));
+        assert_eq!(doc.rendezvous, "slurm");
+        ranks.insert(doc.rank);
+        for op in ["all_reduce", "all_gather"] {
+            let sizes: Vec<u64> = doc
+                .results
+                .iter()
+                .filter(|r| r.op == op)
+                .map(|r| r.bytes)
+                .collect();
+            // An all-gather's result holds a 4-byte element of every rank: from 16 B on 4.
+            let from = if op == "all_reduce" { 3 } else { 4 };
+            assert_eq!(
+                sizes,
+                (from..=16).map(|p| 1u64 << p).collect::<Vec<_>>(),
+                "{op}"
+            );
+        }
+        assert!(doc.results.iter().all(|r| r.correct && r.wrong_ranks == 0));
+    }
+    assert_eq!(ranks, BTreeSet::from([0, 1, 2, 3]));
+    // The pair pass, round the ring: each node ran the pairs it is in, as one of two ranks.
+    let ring = [("n1", "n2"), ("n2", "n3"), ("n3", "n4"), ("n4", "n1")];
+    for (a, b) in ring {
+        for node in [a, b] {
+            let doc = lab_torch::collective::parse(
+                read(&net.join(node).join(format!("collective.pair-{a}-{b}.json"))).as_bytes(),
+            )
+            .unwrap();
+            assert_eq!(doc.world_size, 2, "{a}-{b} on {node}");
+            assert!(doc.results.iter().all(|r| r.correct));
+        }
+    }
+    // `fleet check` reads them: the curve, the pairs, and on gloo never `passed`.
+    let v = fleet_check_json(&net);
+    assert_eq!(v["collective"]["verdict"], "not checked", "{v:#}");
+    assert_eq!(v["collective"]["documents"], 4);
+    assert_eq!(v["collective"]["curve"].as_array().unwrap().len(), 14 + 13);
+    assert_eq!(v["collective"]["pairs"].as_array().unwrap().len(), 4);
+    assert!(
+        v["not_checked"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n.as_str().unwrap().contains("gloo is the CPU test path")),
+        "{v:#}"
+    );
+
+    // Doctored: every pair at 1 GB/s, then the two pairs of n3 at 0.01 GB/s: n3 is named.
+    let slow = tmp.path().join("slow");
+    let copied = Process::new("cp")
+        .arg("-a")
+        .arg(&net)
+        .arg(&slow)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    for (a, b) in ring {
+        doctor_pair(&slow, a, b, 1.0);
+    }
+    let even = fleet_check_json(&slow);
+    assert!(codes_on(&even).is_empty(), "{:?}", codes_on(&even));
+    doctor_pair(&slow, "n2", "n3", 0.01);
+    doctor_pair(&slow, "n3", "n4", 0.01);
+    let v = fleet_check_json(&slow);
+    let codes = codes_on(&v);
+    assert!(
+        codes.contains(&("collective_slow_node".to_string(), Some("n3".to_string()))),
+        "{codes:?}"
+    );
+    assert_eq!(
+        codes
+            .iter()
+            .filter(|(c, _)| c == "collective_slow_pair")
+            .count(),
+        2,
+        "{codes:?}"
+    );
+    let text = iteragpu()
+        .args(["fleet", "check"])
+        .arg(&slow)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(
+        text.contains("the pair n2-n3 is slow")
+            && text.contains("the node n3 is in every slow pair"),
+        "{text}"
+    );
+    assert!(text.contains("busbw (GB/s)"), "{text}");
+    // The report leads with the fleet's verdict, the collective's curve and pairs in it.
+    let page = tmp.path().join("net.html");
+    iteragpu()
+        .arg("report")
+        .arg(&slow)
+        .arg("--output")
+        .arg(&page)
+        .assert()
+        .success();
+    let html = read(&page);
+    for want in [
+        "collective: not checked: 4 rank(s) over gloo",
+        "collective all_reduce 65536 B:",
+        "collective pair n2-n3: busbw 0.010 GB/s",
+        "the node n3 is in every slow pair",
+    ] {
+        assert!(html.contains(want), "{want} is not in the report");
+    }
 }

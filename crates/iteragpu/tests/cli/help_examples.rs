@@ -256,6 +256,16 @@ const EXAMPLES: &[Example] = &[
         before: "",
         needs: Need::Nothing,
     },
+    Example {
+        example: "iteragpu fleet slurm --package b200:7:4 --nodes 4 --checks environment,collective --output /shared/net",
+        exit: 0,
+        why: NO_CLUSTER,
+        as_run: Some(
+            "iteragpu fleet slurm --package b200:7:4 --nodes 4 --checks environment,collective --output shared/net",
+        ),
+        before: "",
+        needs: Need::Nothing,
+    },
     ok(
         "iteragpu fleet skypilot --package b200:7:4 --nodes 4 --wheel dist/iteragpu-0.1.0-py3-none-manylinux_2_28_x86_64.whl --output fleet.yaml",
     ),
@@ -282,6 +292,15 @@ const EXAMPLES: &[Example] = &[
         why: "needs the nodes' results of a Slurm run: the plan alone (written above, in a folder \
               here instead of /shared) fails with every node missing",
         as_run: Some("iteragpu fleet check shared/fleet --package b200:7:4 --nodes 4 --json"),
+        before: "",
+        needs: Need::Nothing,
+    },
+    Example {
+        example: "iteragpu fleet check /shared/net --expect-busbw 45",
+        exit: 1,
+        why: "needs the nodes' results of a Slurm run: the plan alone (written above, in a folder \
+              here instead of /shared) fails with every node missing",
+        as_run: Some("iteragpu fleet check shared/net --expect-busbw 45"),
         before: "",
         needs: Need::Nothing,
     },
