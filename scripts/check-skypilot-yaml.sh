@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SkyPilot's own parser accepts what `iteragpu fleet skypilot` writes: the task YAML for a wheel,
-# for a kit with a results bucket, and for the CPU reference device, each read by
+# for a kit with a results bucket, for the CPU reference device and for the collective check, each read by
 # `sky.Task.from_yaml` of a pinned skypilot in a cached venv, and its num_nodes and accelerators
 # compared with what was asked for. Nothing is launched and no cloud is reached.
 #
@@ -33,6 +33,8 @@ mkdir -p "$tmp/kit/bin/x86_64-unknown-linux-gnu"
 "$bin" fleet skypilot --package b200:7:4 --nodes 2 --kit "$tmp/kit" --results s3://iteragpu-check/fleet \
     --output "$tmp/kit.yaml" >/dev/null
 "$bin" fleet skypilot --package h200:3:2 --nodes 2 --device cpu --wheel "$wheel" --output "$tmp/cpu.yaml" >/dev/null
+"$bin" fleet skypilot --package b200:7:4 --nodes 4 --checks environment,collective --wheel "$wheel" \
+    --output "$tmp/net.yaml" >/dev/null
 
 # HOME in the temporary folder: the parser may write its own state (~/.sky) there, not here.
 HOME="$tmp" "$venv/bin/python" - "$tmp" <<'EOF'
@@ -46,6 +48,7 @@ cases = [
     ("wheel.yaml", 4, {"B200": 2}, False),
     ("kit.yaml", 2, {"B200": 4}, True),
     ("cpu.yaml", 2, None, False),
+    ("net.yaml", 4, {"B200": 2}, False),
 ]
 failed = 0
 for name, nodes, accelerators, bucket in cases:
@@ -53,6 +56,8 @@ for name, nodes, accelerators, bucket in cases:
     got = [r.accelerators for r in task.resources]
     ok = task.num_nodes == nodes and got == [accelerators]
     ok = ok and bool(task.storage_mounts) == bucket and "SKYPILOT_NODE_RANK" in task.run
+    # The collective: one rank per GPU of the node, each with its local rank.
+    ok = ok and (name != "net.yaml" or "LOCAL_RANK=$l SKYPILOT_NUM_GPUS_PER_NODE=2" in task.run)
     print(f"{'ok' if ok else 'FAILED'}: {name}: num_nodes {task.num_nodes}, accelerators {got}, "
           f"file_mounts {sorted(task.file_mounts or {})}, storage {sorted(task.storage_mounts)}")
     failed += not ok

@@ -1666,6 +1666,36 @@ fn judge_collective(
     }
     let j = judge(&docs, expected);
     let first = docs.iter().min_by_key(|d| d.rank);
+    // The run must be over every GPU the plan names (one rank per node on the CPU device), and
+    // each rank must speak once: a copied document would otherwise stand in for a missing rank.
+    if let (Some(p), Some(d)) = (plan, first) {
+        let want = u64::from(p.nodes) * p.ranks_per_node();
+        if u64::from(d.world_size) != want {
+            findings.push(FleetFinding::fails(
+                "collective_world_size",
+                None,
+                format!(
+                    "collective: the run was over {} rank(s), but the plan's {} node(s) x {} make {want}",
+                    d.world_size,
+                    p.nodes,
+                    p.ranks_per_node()
+                ),
+                "a run over fewer ranks than the package's GPUs did not measure all of the network",
+                json!({"world_size": d.world_size, "expected": want}),
+            ));
+        }
+    }
+    let mut ranks: Vec<u32> = docs.iter().map(|d| d.rank).collect();
+    ranks.sort_unstable();
+    if let Some(w) = ranks.windows(2).find(|w| w[0] == w[1]) {
+        findings.push(FleetFinding::fails(
+            "collective_rank_twice",
+            None,
+            format!("collective: rank {} left two documents", w[0]),
+            "each rank runs once; a second document of one rank is a copy or another run's",
+            json!({"rank": w[0]}),
+        ));
+    }
     let gloo = first.is_some_and(|d| d.backend != "nccl");
     for r in &j.reasons {
         findings.push(FleetFinding::fails(
@@ -2381,6 +2411,28 @@ mod tests {
                 .filter(|c| c.0 == "collective_slow_pair")
                 .count(),
             2
+        );
+        // Every node's documents copied from one rank, of a one-rank run: not the package's run.
+        let d = collective_fleet(44.0, "IB", &[]);
+        for node in ["n1", "n2", "n3", "n4"] {
+            for f in ["collective.json", "collective.1.json"] {
+                std::fs::write(
+                    d.path().join(node).join(f),
+                    collective_doc(0, 1, 44.0, "IB"),
+                )
+                .unwrap();
+            }
+        }
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        assert!(!v.ok);
+        let c = codes(&v);
+        assert!(
+            c.contains(&("collective_world_size", None, Effect::Fails)),
+            "{c:?}"
+        );
+        assert!(
+            c.contains(&("collective_rank_twice", None, Effect::Fails)),
+            "{c:?}"
         );
         // A rank of n2 that failed, and a pair that left nothing, are failures too.
         let d = collective_fleet(44.0, "IB", &[]);

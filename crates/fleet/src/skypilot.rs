@@ -260,6 +260,29 @@ mod tests {
     }
 
     #[test]
+    fn the_collective_starts_one_rank_per_gpu_and_the_run_is_valid_bash() {
+        let y = task(&plan(Device::Gpu), &wheel()).unwrap();
+        assert!(y.contains("  for l in $(seq 0 1); do\n"), "{y}");
+        assert!(
+            y.contains("LOCAL_RANK=$l SKYPILOT_NUM_GPUS_PER_NODE=2 timeout --kill-after=10 900 \"$BIN\" collective --backend nccl"),
+            "{y}"
+        );
+        let run: String = y
+            .split("\nrun: |\n")
+            .nth(1)
+            .unwrap()
+            .lines()
+            .map(|l| l.strip_prefix("  ").unwrap_or(l).to_string() + "\n")
+            .collect();
+        if let Ok(status) = std::process::Command::new("bash")
+            .args(["-n", "-c", &run])
+            .status()
+        {
+            assert!(status.success(), "bash -n refused the run:\n{run}");
+        }
+    }
+
+    #[test]
     fn nodes_and_accelerators_per_node() {
         let y = task(&plan(Device::Gpu), &wheel()).unwrap();
         assert!(y.contains("num_nodes: 4\n"), "{y}");
