@@ -2412,6 +2412,11 @@ mod tests {
                 .count(),
             2
         );
+        // One slow link, n1-n2: the pair is named, no node is.
+        let d = collective_fleet(44.0, "IB", &[("n1", "n2")]);
+        let v = check(d.path(), &with_busbw(Some(45.0))).unwrap();
+        assert!(codes(&v).contains(&("collective_slow_pair", None, Effect::Fails)));
+        assert!(!codes(&v).iter().any(|c| c.0 == "collective_slow_node"));
         // Every node's documents copied from one rank, of a one-rank run: not the package's run.
         let d = collective_fleet(44.0, "IB", &[]);
         for node in ["n1", "n2", "n3", "n4"] {
