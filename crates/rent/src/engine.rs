@@ -173,6 +173,12 @@ pub struct Budget {
     pub max_num_seqs: Option<u64>,
     /// Whether CUDA graphs are captured.
     pub cuda_graphs_captured: bool,
+    /// vLLM's sampler warm-up after the KV cache and the CUDA graphs
+    /// (`compile_or_warm_up_model` runs `_dummy_sampler_run` over `--max-num-seqs` rows of
+    /// logits, at [`SAMPLER_BYTES_PER_LOGIT`]): the space the profile run freed may be too
+    /// fragmented to hold it, so the margin above the budget must (0 off the last stage and
+    /// outside vLLM).
+    pub sampler_warmup_bytes: u128,
 }
 
 impl Budget {
@@ -444,6 +450,11 @@ pub fn budget(
         max_num_batched_tokens: (serve == Serve::Vllm).then_some(tokens),
         max_num_seqs: (serve == Serve::Vllm).then_some(seqs),
         cuda_graphs_captured: captured,
+        sampler_warmup_bytes: if serve == Serve::Vllm && last_stage {
+            u128::from(seqs) * u128::from(shape.vocab) * SAMPLER_BYTES_PER_LOGIT
+        } else {
+            0
+        },
     };
     let before = b.before_kv();
     b.kv_pool_bytes = i128::try_from(budget_bytes).unwrap_or(i128::MAX)
@@ -652,6 +663,23 @@ pub fn judge(b: &Budget, context: Option<u64>, batch: u64, tight_share: Decimal)
             gib(b.margin_bytes as f64)
         ));
     }
+    // vLLM warms its sampler up after the KV cache and the graphs: published vLLM 0.19 logs of
+    // gpt-oss-20b on an H100 at 0.95 allocated the cache, captured the graphs and then ran out
+    // of memory there ("Tried to allocate 786.00 MiB", with 1.6 to 1.8 GiB reserved by PyTorch
+    // but unallocated), where at 0.9 it started.
+    let room = b.margin_bytes.saturating_sub(b.cuda_graphs.high_bytes);
+    if b.serve == Serve::Vllm && b.sampler_warmup_bytes > room {
+        reasons.push(format!(
+            "the sampler's warm-up after the KV cache ({:.2} GiB: {} rows of logits) may not fit \
+             in the {:.2} GiB left above the budget after CUDA graphs (up to {:.2} GiB), as \
+             published vLLM 0.19 start-ups of gpt-oss-20b at 0.95 failed there: a lower \
+             --gpu-memory-utilization or --max-num-seqs",
+            gib(b.sampler_warmup_bytes as f64),
+            b.max_num_seqs.unwrap_or(0),
+            gib(room as f64),
+            gib(b.cuda_graphs.high_bytes as f64)
+        ));
+    }
     if b.serve == Serve::Sglang {
         let act = b.activation_peak.bytes + b.cuda_graphs.bytes;
         if act > b.margin_bytes {
@@ -809,6 +837,32 @@ mod tests {
         let b = budget(&o, &shape, total, false, 16 * GIB, 131_072, 1, true, 0);
         assert_eq!(b.cuda_graphs.bytes, 0);
         assert!(judge(&b, Some(8192), 1, Decimal::new(5, 2)).fits);
+    }
+
+    #[test]
+    fn a_sampler_warm_up_beyond_the_margin_is_tight_never_a_plain_fit() {
+        let shape = llama8b();
+        let total = 80u128 * GIB;
+        let tight = Decimal::new(5, 2);
+        // 0.95 and 2048 rows of 128256 logits (3.9 GiB) against the 4 GiB margin less graphs.
+        let mut o = EngineOptions {
+            gpu_memory_utilization: Some(Decimal::new(95, 2)),
+            max_num_seqs: Some(2048),
+            ..EngineOptions::default()
+        };
+        let b = budget(&o, &shape, total, false, 16 * GIB, 131_072, 1, true, 0);
+        assert_eq!(b.sampler_warmup_bytes, 2048 * 128_256 * 16);
+        let v = judge(&b, Some(8192), 1, tight);
+        assert!(v.fits && v.tight, "{v:?}");
+        assert!(v.reason.contains("sampler's warm-up"), "{v:?}");
+        // Off the last pipeline stage there is no sampler.
+        let b = budget(&o, &shape, total, false, 16 * GIB, 131_072, 1, false, 0);
+        assert_eq!(b.sampler_warmup_bytes, 0);
+        // The default 0.9 leaves 8 GiB above the budget: it fits.
+        o.gpu_memory_utilization = None;
+        let b = budget(&o, &shape, total, false, 16 * GIB, 131_072, 1, true, 0);
+        let v = judge(&b, Some(8192), 1, tight);
+        assert!(v.fits && !v.reason.contains("sampler's warm-up"), "{v:?}");
     }
 
     #[test]

@@ -1094,6 +1094,14 @@ fn render_budget(o: &FitOption, b: &Budget) -> String {
                 },
                 gib(b.margin_bytes, 2)
             );
+            if b.sampler_warmup_bytes > 0 {
+                let _ = writeln!(
+                    s,
+                    "  sampler warm-up             {:>8}  (estimate) after the KV cache, {} rows of logits, in the same margin",
+                    gib(b.sampler_warmup_bytes, 2),
+                    b.max_num_seqs.unwrap_or(0)
+                );
+            }
         }
         _ => {
             let _ = writeln!(
