@@ -133,12 +133,13 @@ impl Cluster {
         p
     }
 
-    /// `fleet slurm --submit` of environment and probe on the four nodes, its nodes running
-    /// `binary`, with extra options and variables (the job inherits them).
+    /// `fleet slurm --submit` of `checks` on the four nodes, its nodes running `binary`, with
+    /// extra options and variables (the job inherits them).
     fn fleet_with(
         &self,
         output: &Path,
         binary: &Path,
+        checks: &str,
         extra: &[&str],
         vars: &[(&str, &str)],
     ) -> Process {
@@ -152,7 +153,7 @@ impl Cluster {
                 "--nodes",
                 "4",
                 "--checks",
-                "environment,probe",
+                checks,
                 "--device",
                 "cpu",
                 "--probe-seconds",
@@ -417,7 +418,13 @@ fn scancel_a_time_limit_and_a_dead_node_each_fail_naming_the_node_and_cause() {
     // scancel while n3's probe hangs (the others' probes have ended).
     let dir = tmp.path().join("cancelled");
     let child = {
-        let mut c = cluster.fleet_with(&dir, &bin, &["--json"], &[("FLEET_TEST_HANG", "n3")]);
+        let mut c = cluster.fleet_with(
+            &dir,
+            &bin,
+            "environment,probe",
+            &["--json"],
+            &[("FLEET_TEST_HANG", "n3")],
+        );
         c.stdout(std::process::Stdio::piped()).spawn().unwrap()
     };
     wait_for("three nodes' probes", Duration::from_secs(120), || {
@@ -468,6 +475,7 @@ fn scancel_a_time_limit_and_a_dead_node_each_fail_naming_the_node_and_cause() {
         .fleet_with(
             &dir,
             &bin,
+            "environment,probe",
             &["--json", "--time", "1"],
             &[("FLEET_TEST_HANG", "n2")],
         )
@@ -503,7 +511,7 @@ fn scancel_a_time_limit_and_a_dead_node_each_fail_naming_the_node_and_cause() {
     assert!(Process::new("kill").arg(&pid).status().unwrap().success());
     let dir = tmp.path().join("dead");
     let a = cluster
-        .fleet_with(&dir, &bin, &["--json"], &[])
+        .fleet_with(&dir, &bin, "environment,probe", &["--json"], &[])
         .output()
         .unwrap();
     assert_eq!(
@@ -780,28 +788,14 @@ fn the_collective_runs_on_every_node_and_the_pair_pass_names_a_slow_node() {
         std::env::var("PATH").unwrap_or_default()
     );
     let net = tmp.path().join("net");
-    let out = Process::new(env!("CARGO_BIN_EXE_iteragpu"))
-        .env("SLURM_CONF", &cluster.conf)
-        .env("PATH", &path)
-        .args([
-            "fleet",
-            "slurm",
-            "--package",
-            "b200:7:4",
-            "--nodes",
-            "4",
-            "--checks",
+    let out = cluster
+        .fleet_with(
+            &net,
+            Path::new(env!("CARGO_BIN_EXE_iteragpu")),
             "environment,probe,measure,collective",
-            "--device",
-            "cpu",
-            "--probe-seconds",
-            "1",
-            "--time",
-            "20",
-            "--submit",
-            "--output",
-        ])
-        .arg(&net)
+            &["--time", "20"],
+            &[("PATH", &path)],
+        )
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
